@@ -1,0 +1,47 @@
+# The course's two set-up commands are `make course` and `make test`; both start from a clean clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup course test test-fast lab plots bundle release check clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "setuptools>=68" wheel
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures
+course: setup
+	$(BIN)/mlsys course all
+
+## test: every test, the slow end-to-end ones included
+test: setup
+	$(BIN)/python -m pytest
+
+## test-fast: skip the slow end-to-end tests (nbgrader pipeline, notebook execution)
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+## lab: open JupyterLab on the student release
+lab: setup
+	$(BIN)/jupyter lab labs/
+
+plots: setup
+	$(BIN)/mlsys course figures
+
+bundle: setup
+	$(BIN)/mlsys course bundle
+
+release: setup
+	$(BIN)/mlsys course release
+
+check: setup
+	$(BIN)/mlsys course check
+
+clean:
+	rm -rf .course lectures/figures/*.png
