@@ -1,0 +1,128 @@
+"""``mlsys course ...``: the instructor's commands (see README.md, "Instructor guide")."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from . import course, samples
+from .bundle import bundle
+from .lectures import render_lectures
+from .paths import course_dir, lab_names
+from .report import format_table
+
+
+def _cmd_release(args) -> int:
+    for notebook in course.release(args.labs or None):
+        print(f"released {notebook}")
+    return 0
+
+
+def _cmd_check(args) -> int:
+    results = course.check(args.labs or None)
+    for r in results:
+        print(f"{'ok  ' if r.ok else 'FAIL'} {r.notebook}: {r.detail}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _cmd_grade(args) -> int:
+    results = course.grade(args.lab, Path(args.submissions), root=args.course_dir)
+    root = Path(args.course_dir or course_dir())
+    print(format_table(results))
+    print(f"\ngrades: {root / 'grades.csv'}\nfeedback: {root / 'feedback'}")
+    return 0
+
+
+def _cmd_samples(args) -> int:
+    for student in samples.build_samples(args.lab, Path(args.dest)):
+        print(Path(args.dest) / student / f"{args.lab}.ipynb")
+    return 0
+
+
+def _cmd_bundle(args) -> int:
+    out = Path(args.out or course_dir() / "mlsys-course-student.zip")
+    print(f"student bundle: {bundle(out)}")
+    return 0
+
+
+def _cmd_figures(args) -> int:
+    for figure in render_lectures(args.lectures or None):
+        print(f"figure {figure}")
+    return 0
+
+
+def grade_samples(lab: str, root: Path) -> tuple[str, bool]:
+    """Grade the lab's sample submissions; return the table and whether each scored as it must."""
+    with tempfile.TemporaryDirectory() as tmp:
+        expected = samples.build_samples(lab, Path(tmp))
+        results = course.grade(lab, Path(tmp), root=root, log=lambda message: None)
+    ok, lines = True, []
+    for r in results:
+        wrong = expected[r.student]
+        if r.student == "solution":
+            good, must = r.score == r.max_score > 0, "full marks"
+        elif r.student == "blank":
+            good, must = r.score == 0, "0"
+        else:
+            lost = {name for name, (score, maximum) in r.exercises.items() if score < maximum}
+            good, must = set(wrong.loses) <= lost and r.score < r.max_score, f"loses {', '.join(wrong.loses)}"
+        ok &= good
+        lines.append(f"  {'ok  ' if good else 'FAIL'} {r.student:<28} {r.score:>5g} / {r.max_score:<5g} must score {must}")
+    return "\n".join(lines), ok
+
+
+def _cmd_all(args) -> int:
+    """``make course``: release, grade every lab's samples, render the lectures, summarize."""
+    root = course_dir()
+    released = course.release()
+    print(f"released {len(released)} notebook(s) into labs/")
+    ok = True
+    for lab in lab_names():
+        table, good = grade_samples(lab, root)
+        ok &= good
+        print(f"{lab}: sample submissions\n{table}")
+    figures = render_lectures()
+    print(f"lecture figures: {len(figures)} written to lectures/figures/")
+    print(f"grades: {root / 'grades.csv'}   feedback: {root / 'feedback'}")
+    print("course OK" if ok else "course BROKEN: a sample scored as it must not")
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlsys course", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("release", help="regenerate labs/ from solutions/ with nbgrader")
+    p.add_argument("labs", nargs="*")
+    p.set_defaults(run=_cmd_release)
+    p = sub.add_parser("check", help="solutions pass their tests; releases fail every graded test")
+    p.add_argument("labs", nargs="*")
+    p.set_defaults(run=_cmd_check)
+    p = sub.add_parser("grade", help="collect, autograde, feedback and grades.csv for one lab")
+    p.add_argument("lab")
+    p.add_argument("submissions", help="folder of <student>/<lab>.ipynb, or an LMS zip")
+    p.add_argument("--course-dir", type=Path, default=None, help="live course folder (default .course/)")
+    p.set_defaults(run=_cmd_grade)
+    p = sub.add_parser("samples", help="write the lab's sample submissions into DEST")
+    p.add_argument("lab")
+    p.add_argument("dest")
+    p.set_defaults(run=_cmd_samples)
+    p = sub.add_parser("bundle", help="the student zip: labs, environment.yml, the mlsys_lib wheel")
+    p.add_argument("--out", default=None)
+    p.set_defaults(run=_cmd_bundle)
+    p = sub.add_parser("figures", help="execute the lecture notebooks, writing lectures/figures/")
+    p.add_argument("lectures", nargs="*")
+    p.set_defaults(run=_cmd_figures)
+    p = sub.add_parser("all", help="what `make course` runs")
+    p.set_defaults(run=_cmd_all)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, RuntimeError) as error:
+        print(f"mlsys course {args.command}: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,110 @@
+"""Sample submissions, made from the release so they never go stale.
+
+For a lab: ``solution`` (the release with every answer cell filled in from ``solutions/``),
+``blank`` (the untouched release) and one submission per wrong-answer fixture in
+``tests/fixtures/wrong_answers/<lab>/<name>.py``. A fixture is a Python file::
+
+    # Wrong answer: strides reversed (column-major order).
+    # loses: test_compact_strides, test_compact
+    # %% grade_id=compact_strides
+    def compact_strides(shape):
+        ...
+
+The header says what the mistake is and which test cells must lose points (``loses:``); each
+``# %% grade_id=<id>`` section replaces the answer cell with that grade_id in the solution.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .paths import FIXTURES, LABS, SOLUTIONS
+
+SECTION = re.compile(r"^# %% grade_id=(?P<grade_id>\S+)\s*$", re.MULTILINE)
+SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
+
+
+@dataclass
+class WrongAnswer:
+    """A plausible mistake: its description, the test cells it must lose, the answer cells it replaces."""
+
+    name: str
+    description: str
+    loses: list[str]
+    cells: dict[str, str] = field(default_factory=dict)
+
+
+def parse_wrong_answer(path: Path) -> WrongAnswer:
+    """Read a fixture file (format in the module docstring); ``ValueError`` names what is missing."""
+    text = path.read_text()
+    parts = SECTION.split(text)
+    header, sections = parts[0], parts[1:]
+    if not sections:
+        raise ValueError(f"{path}: no '# %% grade_id=<id>' section")
+    description, loses = [], []
+    for line in header.splitlines():
+        line = line.lstrip("# ").strip()
+        if line.startswith("loses:"):
+            loses = [name.strip() for name in line[len("loses:"):].split(",") if name.strip()]
+        elif line:
+            description.append(line)
+    if not loses:
+        raise ValueError(f"{path}: the header must say which test cells lose points ('# loses: ...')")
+    cells = {sections[i]: sections[i + 1].strip("\n") + "\n" for i in range(0, len(sections), 2)}
+    return WrongAnswer(path.stem, " ".join(description), loses, cells)
+
+
+def wrong_answers(lab: str) -> list[WrongAnswer]:
+    """Every wrong-answer fixture of ``lab``."""
+    return [parse_wrong_answer(p) for p in sorted((FIXTURES / "wrong_answers" / lab).glob("*.py"))]
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def solution_cells(lab: str) -> dict[str, str]:
+    """grade_id -> full solution source (markers removed) of every answer cell of ``lab``."""
+    cells = {}
+    for path in sorted((SOLUTIONS / lab).glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("solution"):
+                cells[meta["grade_id"]] = SOLUTION_MARKER.sub("", cell.source)
+    return cells
+
+
+def fill(release: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """A copy of ``release`` whose answer cells hold ``answers`` (grade_id -> source)."""
+    notebook = nbformat.from_dict(release)
+    unknown = set(answers) - {_grade_id(c) for c in notebook.cells}
+    if unknown:
+        raise ValueError(f"no cell with grade_id {sorted(unknown)} in the release")
+    for cell in notebook.cells:
+        if _grade_id(cell) in answers:
+            cell.source = answers[_grade_id(cell)]
+    return notebook
+
+
+def build_samples(lab: str, dest: Path) -> dict[str, WrongAnswer | None]:
+    """Write ``dest/<student>/<lab>.ipynb`` for every sample; returns student -> its wrong answer.
+
+    ``solution`` and ``blank`` map to ``None``.
+    """
+    release_path = LABS / lab / f"{lab}.ipynb"
+    release = nbformat.read(release_path, as_version=4)
+    full = solution_cells(lab)
+    samples: dict[str, tuple[nbformat.NotebookNode, WrongAnswer | None]] = {
+        "solution": (fill(release, full), None),
+        "blank": (release, None),
+    }
+    for wrong in wrong_answers(lab):
+        samples[f"wrong_{wrong.name}"] = (fill(release, {**full, **wrong.cells}), wrong)
+    for student, (notebook, _) in samples.items():
+        (dest / student).mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, dest / student / f"{lab}.ipynb")
+    return {student: wrong for student, (_, wrong) in samples.items()}

@@ -1,0 +1,105 @@
+"""The helpers the labs' tests rely on: reference guard, static checks, numpy oracle."""
+
+import numpy as np
+import pytest
+from numba import njit
+
+from mlsys_lib.testing import ReferenceUsedError, assert_loops_only, numpy_view, reference_guard
+
+
+def reference(x):
+    return x + 1
+
+
+class Thing:
+    def method(self):
+        return "real"
+
+    @property
+    def prop(self):
+        return "real"
+
+
+def test_guard_catches_aliases_and_restores():
+    alias = reference  # imported under another name before the guard
+    with reference_guard(reference):
+        with pytest.raises(ReferenceUsedError, match="test_testing_helpers.reference"):
+            alias(1)
+    assert alias(1) == 2 and reference(1) == 2
+
+
+def test_guard_methods_properties_and_closures():
+    def outer():
+        k = 10
+
+        def inner(x):
+            return x + k
+        return inner
+
+    inner = outer()
+    with reference_guard(Thing.method, Thing.prop, inner):
+        for call in (lambda: Thing().method(), lambda: Thing().prop, lambda: inner(1)):
+            with pytest.raises(ReferenceUsedError):
+                call()
+    assert Thing().method() == "real" and Thing().prop == "real" and inner(1) == 11
+
+
+def test_guard_restores_after_an_error_inside():
+    with pytest.raises(KeyError):
+        with reference_guard(reference):
+            raise KeyError("boom")
+    assert reference(1) == 2
+
+
+def test_guard_refuses_compiled_kernels():
+    kernel = njit(lambda x: x)
+    with pytest.raises(TypeError, match="plain Python functions"):
+        with reference_guard(kernel):
+            pass
+
+
+def _loops(A, B):
+    C = np.zeros((A.shape[0], B.shape[1]))
+    for i in range(A.shape[0]):
+        for k in range(A.shape[1]):
+            for j in range(B.shape[1]):
+                C[i, j] += A[i, k] * B[k, j]
+    return C
+
+
+def _operator(A, B):
+    return A @ B
+
+
+def _dot(A, B):
+    return np.dot(A, B)
+
+
+def _nested(A, B):
+    def helper():
+        return np.matmul(A, B)
+    return helper()
+
+
+def test_assert_loops_only():
+    assert_loops_only(njit(_loops))
+    with pytest.raises(AssertionError, match="@njit"):
+        assert_loops_only(_loops)
+    for cheat, what in [(_operator, "@ operator"), (_dot, "dot"), (_nested, "matmul")]:
+        with pytest.raises(AssertionError, match=what):
+            assert_loops_only(njit(cheat))
+
+
+class Strided:
+    def __init__(self, storage, shape, strides, offset):
+        self.storage, self.shape, self.strides, self.offset = storage, shape, strides, offset
+
+
+def test_numpy_view_reads_by_the_stride_formula():
+    storage = np.arange(20.0)
+    view = numpy_view(Strided(storage, (3, 2), (-4, 3), 9))
+    for i in range(3):
+        for j in range(2):
+            assert view[i, j] == storage[9 - 4 * i + 3 * j]
+    with pytest.raises(ValueError):
+        numpy_view(Strided(storage, (3, 2), (4, 3), 9))  # reaches position 20: out of bounds
