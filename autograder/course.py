@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 from nbgrader.converters import Autograde, GenerateAssignment, GenerateFeedback
 
+from . import samples
 from .nbgrader_run import require_success, run_converter, validate
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
 from .report import StudentResult, read_results, write_reports
@@ -49,7 +50,10 @@ class CheckResult:
 
 
 def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[CheckResult]:
-    """Every solution notebook passes all its tests; no graded test passes on the released one."""
+    """Every solution notebook passes all its tests; no graded test passes on the released one.
+
+    The release is checked as the autograder sees it: with its hidden tests put back.
+    """
     root = Path(root or course_dir())
     results = []
     for lab in labs or lab_names():
@@ -62,7 +66,11 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
             if not released.exists():
                 results.append(CheckResult(released, False, "not released: run `mlsys course release`"))
                 continue
-            outcome = validate(released, root=root, invert=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                graded_blank = Path(tmp) / released.name
+                release_nb = nbformat.read(released, as_version=4)
+                nbformat.write(samples.fill(release_nb, samples.grade_cells(lab)), graded_blank)
+                outcome = validate(graded_blank, root=root, invert=True)
             passing = len(outcome.get("passed", []))
             detail = f"{passing} graded test cell(s) pass on the blank release" if outcome else "every graded test fails"
             results.append(CheckResult(released, not outcome, detail))

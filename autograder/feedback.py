@@ -14,6 +14,8 @@ class HideHiddenTestTracebacks(Preprocessor):
     nbgrader's ``ClearHiddenTests`` (which removes the hidden region from the cell's source).
     """
 
+    enabled = True  # nbconvert preprocessors are off unless enabled
+
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and HIDDEN_BEGIN in cell.source:
             for output in cell.get("outputs", []):

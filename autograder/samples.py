@@ -67,15 +67,25 @@ def _grade_id(cell) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
 
 
-def solution_cells(lab: str) -> dict[str, str]:
-    """grade_id -> full solution source (markers removed) of every answer cell of ``lab``."""
+def _source_cells(lab: str, kind: str) -> dict[str, str]:
+    """grade_id -> source of every cell of ``lab``'s source notebook whose nbgrader ``kind`` is set."""
     cells = {}
     for path in sorted((SOLUTIONS / lab).glob("*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
-            if meta.get("solution"):
-                cells[meta["grade_id"]] = SOLUTION_MARKER.sub("", cell.source)
+            if meta.get(kind):
+                cells[meta["grade_id"]] = cell.source
     return cells
+
+
+def solution_cells(lab: str) -> dict[str, str]:
+    """grade_id -> full solution source (markers removed) of every answer cell of ``lab``."""
+    return {grade_id: SOLUTION_MARKER.sub("", source) for grade_id, source in _source_cells(lab, "solution").items()}
+
+
+def grade_cells(lab: str) -> dict[str, str]:
+    """grade_id -> full source, hidden tests included, of every graded test cell of ``lab``."""
+    return _source_cells(lab, "grade")
 
 
 def fill(release: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.NotebookNode:

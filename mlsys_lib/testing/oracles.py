@@ -27,9 +27,10 @@ def shares_storage(a, b) -> bool:
 
 
 def assert_close(actual, expected, rtol: float | None = None, atol: float = 0.0) -> None:
-    """``np.testing.assert_allclose`` with a tolerance picked from the expected dtype; shapes must match."""
+    """``np.testing.assert_allclose`` with the tolerance of the less precise dtype; shapes must match."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     if actual.shape != expected.shape:
         raise AssertionError(f"shape {actual.shape} != expected {expected.shape}")
-    rtol = RTOL.get(expected.dtype, 1e-6) if rtol is None else rtol
+    if rtol is None:
+        rtol = max(RTOL.get(actual.dtype, 1e-6), RTOL.get(expected.dtype, 1e-6))
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
