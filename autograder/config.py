@@ -67,7 +67,6 @@ def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "mlsys grader",
         "language": "python",
-        "env": {"MPLBACKEND": "Agg"},
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
     others = os.environ.get("JUPYTER_PATH")

@@ -16,6 +16,7 @@ from . import samples
 from .nbgrader_run import require_success, run_converter, validate
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
 from .report import StudentResult, read_results, write_reports
+from .sanitize import UnreadableSubmission, demote_duplicate_cells, read_submission
 from .submissions import find_submissions
 
 SECRET_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -78,23 +79,19 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
 
 
 def collect(lab: str, student: str, notebook: Path, root: Path) -> None:
-    """Copy one submission where nbgrader expects it, with its timestamp (the file's mtime, UTC)."""
+    """Put one submission where nbgrader expects it, repaired, with its timestamp (file mtime, UTC).
+
+    Raises :class:`UnreadableSubmission` if the file is not a notebook.
+    """
+    submitted = read_submission(notebook)
+    demote_duplicate_cells(submitted)
     dest = root / "submitted" / student / lab
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    shutil.copyfile(notebook, dest / f"{lab}.ipynb")
+    nbformat.write(submitted, dest / f"{lab}.ipynb")
     stamp = dt.datetime.fromtimestamp(notebook.stat().st_mtime, tz=dt.timezone.utc)
     (dest / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
-
-
-def readable_notebook(path: Path) -> str | None:
-    """``None`` if ``path`` is a notebook nbgrader can read, else the reason it is not."""
-    try:
-        nbformat.read(path, as_version=4)
-    except Exception as error:  # corrupted JSON, wrong schema, binary junk: all a student's fault
-        return f"unreadable notebook ({type(error).__name__}: {str(error).splitlines()[0][:120]})"
-    return None
 
 
 def prepare_gradebook(lab: str, root: Path) -> None:
@@ -117,11 +114,11 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, log=print) -
         found = find_submissions(Path(submissions), lab, Path(unpack))
         problems = dict(found.problems)
         for student, notebook in found.notebooks.items():
-            reason = readable_notebook(notebook)
-            if reason:
-                problems[student] = reason
+            try:
+                collect(lab, student, notebook, root)
+            except UnreadableSubmission as error:
+                problems[student] = str(error)
                 continue
-            collect(lab, student, notebook, root)
             log(f"grading {student} ...")
             result = run_converter(Autograde, lab, student, root=root)
             if not result["success"]:

@@ -1,11 +1,14 @@
-"""The lecture notebooks run top to bottom and write their figures (small sizes: MLSYS_QUICK=1)."""
+"""Notebooks run top to bottom as a person runs them: lectures write their figures, solutions run
+their demos (which the autograder skips). Small sizes: MLSYS_QUICK=1."""
 
-import os
-
+import nbformat
 import pytest
+from nbclient import NotebookClient
 
+from autograder.config import GRADING_KERNEL
 from autograder.lectures import render_lectures
-from autograder.paths import LECTURES
+from autograder.nbgrader_run import grading_environment
+from autograder.paths import LECTURES, SOLUTIONS, lab_names
 
 pytestmark = pytest.mark.slow
 
@@ -24,3 +27,17 @@ def test_lecture_renders_its_figures(lecture, course_root, monkeypatch):
     for name in FIGURES[lecture]:
         path = LECTURES / "figures" / name
         assert path in written and path.stat().st_size > 10_000, f"{lecture} did not draw {name}"
+
+
+@pytest.mark.parametrize("lab", lab_names())
+def test_solution_notebook_runs_with_its_demos(lab, course_root, monkeypatch):
+    monkeypatch.setenv("MLSYS_QUICK", "1")
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend, as in JupyterLab
+    notebook = nbformat.read(SOLUTIONS / lab / f"{lab}.ipynb", as_version=4)
+    with grading_environment(course_root):
+        NotebookClient(notebook, kernel_name=GRADING_KERNEL, timeout=300,
+                       resources={"metadata": {"path": str(SOLUTIONS / lab)}}).execute()
+    images = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
+              if "image/png" in o.get("data", {})]
+    assert images, f"{lab}'s roofline demo drew nothing"

@@ -6,6 +6,7 @@ Slow: every graded submission runs a real Jupyter kernel through nbgrader.
 import copy
 import csv
 import html
+import json
 import re
 import zipfile
 
@@ -22,12 +23,14 @@ HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS",
 
 
 def hidden_lines(lab):
-    """Every substantial source line of the lab's hidden tests."""
+    """Every substantial source line of the lab's hidden tests that the release does not show."""
     lines = set()
     for path in (SOLUTIONS / lab).glob("*.ipynb"):
         for cell in nbformat.read(path, as_version=4).cells:
             for region in HIDDEN_REGION.findall(cell.source):
                 lines |= {line.strip() for line in region.splitlines() if len(line.strip()) > 25}
+        released = (LABS / lab / path.name).read_text()
+        lines = {line for line in lines if json.dumps(line)[1:-1] not in released}
     return lines
 
 
