@@ -1,0 +1,5 @@
+"""Plotting helpers the labs and lectures share (matplotlib; they return Axes and never show)."""
+
+from .roofline import plot_roofline
+
+__all__ = ["plot_roofline"]
