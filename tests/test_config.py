@@ -1,0 +1,23 @@
+"""Plain nbgrader commands and the course tool read the same configuration."""
+
+from pathlib import Path
+
+from traitlets.config.loader import PyFileConfigLoader
+
+from autograder.config import GRADING_KERNEL, course_config
+from autograder.paths import LABS, REPO, SOLUTIONS
+
+
+def test_nbgrader_config_file_is_the_course_config(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLSYS_COURSE_DIR", str(tmp_path / "live"))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "other"))  # restored after the test
+    loaded = PyFileConfigLoader("nbgrader_config.py", path=str(REPO / "autograder")).load_config()
+    expected = course_config()
+    for section in ("CourseDirectory", "Execute", "GenerateFeedback", "ClearSolutions"):
+        assert dict(loaded[section]) == dict(expected[section]), section
+    course = loaded.CourseDirectory
+    assert course.root == str((tmp_path / "live").resolve())
+    assert Path(course.root).is_absolute() and course.db_url == f"sqlite:///{tmp_path / 'live' / 'gradebook.db'}"
+    assert course.source_directory == str(SOLUTIONS) and course.release_directory == str(LABS)
+    assert loaded.Execute.kernel_name == GRADING_KERNEL
+    assert (tmp_path / "live" / "jupyter" / "kernels" / GRADING_KERNEL / "kernel.json").exists()
