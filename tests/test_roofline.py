@@ -85,7 +85,7 @@ def test_plot_roofline_draws_the_roof_the_ridge_and_the_points():
     assert any(np.allclose(line.get_xdata(), [10.0]) for line in ax.get_lines())  # the ridge, at 1e11/1e10
     for name, (intensity, flops) in points.items():
         assert any(np.allclose(line.get_data(), [[intensity], [flops]]) for line in ax.get_lines())
-        assert name in [text.get_text() for text in ax.texts]
+        assert name in [text.get_text() for text in ax.get_legend().get_texts()]
     other = plt.figure().add_subplot()
     assert plot_roofline(roof, ax=other) is other
     with pytest.raises(ValueError, match="positive"):

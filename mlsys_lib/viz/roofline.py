@@ -38,8 +38,7 @@ def plot_roofline(roofline: Roofline, points: Mapping[str, tuple[float, float]] 
     ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, roofline.peak_flops), textcoords="offset points",
                 xytext=(4, -14), fontsize=8, color="gray")
     for name, (intensity, achieved) in points.items():
-        ax.plot([intensity], [achieved], "o")
-        ax.annotate(name, (intensity, achieved), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.plot([intensity], [achieved], "o", label=name)  # a legend, not labels: points may coincide
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
     ax.set_ylabel("attainable performance [FLOP/s]")
     ax.set_title("Roofline")
