@@ -14,6 +14,7 @@ pytestmark = pytest.mark.slow
 
 FIGURES = {
     "lec01_tensors": ["lec01_traversal.png", "lec01_matmul_gflops.png", "lec01_roofline.png"],
+    "lec02_autodiff": ["lec02_graph.png", "lec02_optimizers.png", "lec02_modes.png"],
 }
 
 
