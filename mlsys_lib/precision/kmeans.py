@@ -3,7 +3,8 @@
 * **Clustering**: Lloyd's algorithm in one dimension, from a deterministic *linear* initialization
   (2^n centroids evenly spaced over [min w, max w], which Deep Compression found to keep the rare
   large weights best): assign each weight to its nearest centroid, move each centroid to the mean of
-  its weights; stop when no assignment changes. A centroid that loses all its weights stays put.
+  its weights; stop when no assignment changes. A centroid left without weights is moved onto the
+  weight farthest from its centroid, so that all 2^n codes stay in use.
 * **Storage**: the indices take n bits per weight; the codebook 2^n floats per tensor.
 * **Fine-tuning**: the gradient with respect to a shared centroid is the sum of the gradients of the
   weights that use it (group the weight gradients by cluster index and reduce), so the codebook is
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .quantization import check_bits
+from .integers import check_bits
 from .rounding import as_float_array
 
 
@@ -55,8 +56,13 @@ def kmeans_quantize(w, bits: int = 2, max_iterations: int = 50) -> KMeansQuantiz
     indices = _nearest(flat, codebook)
     for _ in range(max_iterations):
         counts = np.bincount(indices, minlength=k)
-        sums = np.bincount(indices, weights=flat, minlength=k)
-        codebook = np.where(counts > 0, sums / np.maximum(counts, 1), codebook)  # stays sorted in 1-D
+        codebook = np.where(counts > 0, np.bincount(indices, weights=flat, minlength=k) / np.maximum(counts, 1),
+                            codebook)
+        empty = np.flatnonzero(counts == 0)
+        if empty.size:  # re-seed unused centroids at the weights served worst
+            worst = np.argsort(-np.abs(flat - codebook[indices]), kind="stable")[:empty.size]
+            codebook[empty] = flat[worst]
+        codebook.sort()
         new_indices = _nearest(flat, codebook)
         if np.array_equal(new_indices, indices):
             break

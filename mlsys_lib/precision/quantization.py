@@ -21,36 +21,12 @@ Granularity (one (S, Z) pair per slice):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .integers import check_bits, integer_range, to_integers
+from .kmeans import KMeansQuantized
 from .rounding import as_float_array
-
-if TYPE_CHECKING:
-    from .kmeans import KMeansQuantized
-
-
-def check_bits(bits: int, who: str) -> None:
-    """ValueError unless bits is an int in [2, 16]."""
-    if not isinstance(bits, (int, np.integer)) or isinstance(bits, bool):
-        raise TypeError(f"{who}: bits must be an int, got {type(bits).__name__}")
-    if not 2 <= bits <= 16:
-        raise ValueError(f"{who}: bits must be in [2, 16], got {bits}")
-
-
-def integer_range(bits: int, signed: bool = True) -> tuple[int, int]:
-    """(q_min, q_max) of an n-bit integer: (-2^(n-1), 2^(n-1) - 1) signed, (0, 2^n - 1) unsigned."""
-    check_bits(bits, "integer_range")
-    return (-(1 << bits - 1), (1 << bits - 1) - 1) if signed else (0, (1 << bits) - 1)
-
-
-def to_integers(x: np.ndarray, zero_point, bits: int, signed: bool) -> np.ndarray:
-    """q = clip(round(x) + Z, q_min, q_max) (round half to even) stored as int8/uint8 for up to 8 bits,
-    else int16/uint16; x is r / S."""
-    q_min, q_max = integer_range(bits, signed)
-    q = np.clip(np.round(x) + zero_point, q_min, q_max)
-    return q.astype(f"{'i' if signed else 'u'}{1 if bits <= 8 else 2}")
 
 
 def linear_quant_params(r_min, r_max, bits: int = 8, signed: bool = True,
@@ -98,12 +74,12 @@ def _grouped(r: np.ndarray, axis: int | None, group_size: int | None) -> tuple[n
         if group_size is not None:
             raise ValueError("quantize: group_size needs an axis to group along")
         return r, tuple(range(r.ndim))
-    if not -r.ndim <= axis < r.ndim:
+    if not isinstance(axis, (int, np.integer)) or not -r.ndim <= axis < r.ndim:
         raise ValueError(f"quantize: axis {axis} is out of range for a tensor of shape {r.shape}")
     axis %= r.ndim
     if group_size is None:
         return r, tuple(a for a in range(r.ndim) if a != axis)
-    if group_size < 1 or r.shape[axis] % group_size:
+    if not isinstance(group_size, (int, np.integer)) or group_size < 1 or r.shape[axis] % group_size:
         raise ValueError(f"quantize: group_size must be >= 1 and divide the length {r.shape[axis]} of axis {axis}, "
                          f"got {group_size}")
     shape = r.shape[:axis] + (r.shape[axis] // group_size, group_size) + r.shape[axis + 1:]
@@ -128,8 +104,6 @@ def quantize(r, bits: int = 8, signed: bool = True, symmetric: bool = False,
 def dequantize(qt: QuantizedTensor | KMeansQuantized) -> np.ndarray:
     """The reals a quantized tensor stands for (float64): S (q - Z) for linear quantization,
     codebook[indices] for k-means quantization."""
-    from .kmeans import KMeansQuantized
-
     if not isinstance(qt, (QuantizedTensor, KMeansQuantized)):
         raise TypeError(f"dequantize: expected a QuantizedTensor or KMeansQuantized, got {type(qt).__name__}")
     return qt.dequantize()

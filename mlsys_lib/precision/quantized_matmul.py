@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quantization import QuantizedTensor, check_bits, integer_range, to_integers
+from .integers import check_bits, integer_range, to_integers
+from .quantization import QuantizedTensor
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -40,8 +41,8 @@ def int32_accumulate(a: QuantizedTensor, b: QuantizedTensor) -> np.ndarray:
     throughout; (M, N) int32. ValueError if an accumulator could overflow int32."""
     _check_operand(a, "a", 0)
     _check_operand(b, "b", 1)
-    (m, k), (k2, n) = a.q.shape, b.q.shape
-    if k != k2:
+    k = a.q.shape[1]
+    if b.q.shape[0] != k:
         raise ValueError(f"quantized_matmul: inner dimensions differ: a is {a.q.shape}, b is {b.q.shape}")
     qa, qb = a.q.astype(np.int32), b.q.astype(np.int32)
     za, zb = a.zero_point, b.zero_point  # int32, (M, 1) or (1, 1) and (1, N) or (1, 1)

@@ -17,17 +17,19 @@ mixed-precision training is emulated on a CPU. It works on the IEEE bit patterns
   NaN stays NaN.
 
 Working on float64 patterns for float64 input (rather than casting to float32 first) avoids double
-rounding. The arrays are processed in blocks of ``BLOCK`` elements so that the dozen temporaries of
-the computation stay in cache (the tiling idea of lab 1).
+rounding. The arrays are processed in blocks of ``BLOCK`` elements so that the temporaries of the
+computation stay in cache (the tiling idea of lab 1).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from .formats import FloatFormat, get_format
 
-BLOCK = 1 << 15  # elements per block: ~10 temporaries of 32K float32 stay in L2
+BLOCK = 1 << 15  # elements per block: its few temporaries (128 KiB each for float32) stay in L2
 
 
 def as_float_array(x, who: str) -> np.ndarray:
@@ -35,12 +37,13 @@ def as_float_array(x, who: str) -> np.ndarray:
     array = np.asarray(x)
     if array.dtype == np.float32 or array.dtype == np.float64:
         return array
-    if array.dtype == np.bool_ or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+    real = np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    if array.dtype == np.bool_ or not real:
         raise TypeError(f"{who}: expected real numbers (a float or integer array), got dtype {array.dtype}")
     return array.astype(np.float64)
 
 
-def round_to(x, fmt: str | FloatFormat, saturate: bool = False) -> np.ndarray:
+def round_to(x, fmt: str | FloatFormat, saturate: bool = False) -> np.ndarray | np.floating:
     """The values of ``fmt`` nearest to ``x`` (round half to even), as float32 for float32 input and
     float64 otherwise; same shape as x (a numpy scalar for a scalar).
 
@@ -48,12 +51,19 @@ def round_to(x, fmt: str | FloatFormat, saturate: bool = False) -> np.ndarray:
     """
     fmt = get_format(fmt)
     x = as_float_array(x, "round_to")
-    pattern = _Patterns(fmt, x.dtype, saturate)
+    pattern = _patterns(fmt, x.dtype, saturate)
     flat = np.ascontiguousarray(x).reshape(-1).view(pattern.uint)
     out = np.empty_like(flat)
-    for start in range(0, flat.size, BLOCK):
-        pattern.round_block(flat[start:start + BLOCK], out[start:start + BLOCK])
+    with np.errstate(invalid="ignore"):  # the subnormal trick computes inf - inf for lanes it discards
+        for start in range(0, flat.size, BLOCK):
+            pattern.round_block(flat[start:start + BLOCK], out[start:start + BLOCK])
     return out.view(x.dtype).reshape(x.shape)[()]
+
+
+@functools.lru_cache(maxsize=64)
+def _patterns(fmt: FloatFormat, dtype: np.dtype, saturate: bool) -> _Patterns:
+    """The constants for one (format, container, saturate) triple, computed once."""
+    return _Patterns(fmt, dtype, saturate)
 
 
 class _Patterns:
@@ -62,7 +72,10 @@ class _Patterns:
     def __init__(self, fmt: FloatFormat, dtype: np.dtype, saturate: bool):
         self.float, self.uint = np.dtype(dtype), np.dtype(f"u{np.dtype(dtype).itemsize}")
         container_mantissa = np.finfo(self.float).nmant
-        self.drop = container_mantissa - fmt.mantissa_bits  # low mantissa bits that fmt lacks
+        drop = container_mantissa - fmt.mantissa_bits  # low mantissa bits that fmt lacks
+        self.drop, self.one = self.uint.type(drop), self.uint.type(1)
+        self.half_minus_one = self.uint.type((1 << drop - 1) - 1 if drop else 0)  # 2^(drop-1) - 1
+        self.keep = ~self.uint.type((1 << drop) - 1)  # clears the dropped bits
         self.sign = self.uint.type(1 << (8 * self.uint.itemsize - 1))
         self.min_normal = self.bits_of(fmt.min_normal)
         self.max = self.bits_of(fmt.max)
@@ -78,16 +91,26 @@ class _Patterns:
         sign = bits & self.sign
         magnitude = bits ^ sign
         if self.drop:  # normal range: round the pattern half to even at bit `drop`
-            one = self.uint.type(1)
-            np.add(magnitude, (one << self.uint.type(self.drop - 1)) - one, out=out)
-            out += (magnitude >> self.uint.type(self.drop)) & one
-            out &= ~((one << self.uint.type(self.drop)) - one)
+            np.add(magnitude, self.half_minus_one, out=out)
+            out += (magnitude >> self.drop) & self.one
+            out &= self.keep
         else:
             out[...] = magnitude
         small = magnitude < self.min_normal  # subnormal range: onto the grid of min_subnormal
-        grid = np.add(magnitude.view(self.float), self.subnormal_shift, where=small, out=np.empty(bits.shape, self.float))
-        np.subtract(grid, self.subnormal_shift, where=small, out=grid)
-        np.copyto(out, grid.view(self.uint), where=small)
-        np.copyto(out, self.overflow, where=out > self.max)
-        np.copyto(out, self.nan, where=magnitude > self.inf)
+        if small.any():
+            grid = magnitude.view(self.float) + self.subnormal_shift
+            grid -= self.subnormal_shift
+            _select(out, grid.view(self.uint), small)
+        overflow = out > self.max  # also every NaN: its pattern exceeds inf's
+        if overflow.any():
+            _select(out, self.overflow, overflow)
+            _select(out, self.nan, magnitude > self.inf)
         out |= sign
+
+
+def _select(out: np.ndarray, value, where: np.ndarray) -> None:
+    """out[where] = value without branches: out ^= (out ^ value) & (all ones where `where`). Masked copies
+    (np.copyto(where=...)) are several times slower when the mask is dense and irregular."""
+    take = where.astype(out.dtype)
+    np.negative(take, out=take)
+    out ^= (out ^ value) & take
