@@ -4,9 +4,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup course test test-fast lab plots bundle release check clean
+.PHONY: setup system-deps course test test-fast lab plots bundle release check clean
 
 setup: $(STAMP)
+
+## system-deps: bubblewrap, the grading sandbox (installed when run as root with apt; else a warning)
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "warning: bubblewrap is not installed: grading runs with resource limits only"; fi; }
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +23,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures
-course: setup
+course: setup system-deps
 	$(BIN)/mlsys course all
 
 ## test: every test, the slow end-to-end ones included
-test: setup
+test: setup system-deps
 	$(BIN)/python -m pytest
 
 ## test-fast: skip the slow end-to-end tests (nbgrader pipeline, notebook execution)

@@ -29,10 +29,12 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_grade(args) -> int:
-    results = course.grade(args.lab, Path(args.submissions), root=args.course_dir)
+    results = course.grade(args.lab, Path(args.submissions), root=args.course_dir, workers=args.workers,
+                           force=args.force)
     root = Path(args.course_dir or course_dir())
     print(format_table(results))
-    print(f"\ngrades: {root / 'grades.csv'}\nfeedback: {root / 'feedback'}")
+    print(f"\ngrades: {root / 'grades.csv'}\nfeedback: {root / 'feedback'}\n"
+          f"summary: {root / f'summary_{args.lab}.md'}")
     return 0
 
 
@@ -58,7 +60,7 @@ def grade_samples(lab: str, root: Path) -> tuple[str, bool]:
     """Grade the lab's sample submissions; return the table and whether each scored as it must."""
     with tempfile.TemporaryDirectory() as tmp:
         expected = samples.build_samples(lab, Path(tmp))
-        results = course.grade(lab, Path(tmp), root=root, log=lambda message: None)
+        results = course.grade(lab, Path(tmp), root=root, force=True, log=lambda message: None)
     ok, lines = True, []
     for r in results:
         wrong = expected[r.student]
@@ -104,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("lab")
     p.add_argument("submissions", help="folder of <student>/<lab>.ipynb, or an LMS zip")
     p.add_argument("--course-dir", type=Path, default=None, help="live course folder (default .course/)")
+    p.add_argument("--workers", type=int, default=None, help="notebooks graded at once (default: c.Sandbox.workers)")
+    p.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
     p.set_defaults(run=_cmd_grade)
     p = sub.add_parser("samples", help="write the lab's sample submissions into DEST")
     p.add_argument("lab")

@@ -1,7 +1,9 @@
 """The nbgrader configuration of the course, built in one place.
 
-``autograder/nbgrader_config.py`` (read by plain ``nbgrader`` commands) and the course tool both
-call :func:`course_config`, so the two never disagree.
+:func:`course_config` holds the course's defaults. ``autograder/nbgrader_config.py`` starts from
+them and is where an instructor changes settings (``c.Sandbox.memory_mb = 8192``,
+``c.Execute.timeout = 300``); plain ``nbgrader`` commands read that file, and so does the course
+tool (:func:`load_config`), so the two never disagree. ``$MLSYS_CONFIG`` names another such file.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import os
 import sys
 from pathlib import Path
 
-from traitlets.config import Config
+from traitlets import Bool, Int, List, Unicode
+from traitlets.config import Config, Configurable
+from traitlets.config.loader import PyFileConfigLoader
 
-from .paths import LABS, SOLUTIONS, course_dir
+from .paths import LABS, REPO, SOLUTIONS, course_dir
 
 #: Name of the kernel every graded notebook runs on, whatever kernel the student's file names.
 GRADING_KERNEL = "mlsys-grader"
@@ -21,13 +25,38 @@ GRADING_KERNEL = "mlsys-grader"
 #: Seconds one cell may run before nbgrader interrupts it (first Numba compiles take a few seconds).
 CELL_TIMEOUT_S = 180
 
+#: Environment variable naming the settings file to use instead of autograder/nbgrader_config.py.
+CONFIG_ENV = "MLSYS_CONFIG"
 
-def course_config(root: Path | None = None, release_dir: Path | None = None) -> Config:
-    """nbgrader configuration with the course root ``root`` (absolute; default :func:`course_dir`).
+#: Set by the course tool, so the settings file skips what only plain nbgrader needs.
+TOOL_ENV = "MLSYS_COURSE_TOOL"
 
-    ``source`` is ``solutions/`` and ``release`` is ``labs/`` (or ``release_dir``); submitted,
-    autograded and feedback folders and the gradebook live under the course root.
-    """
+
+class Sandbox(Configurable):
+    """How student notebooks run while graded; set in ``nbgrader_config.py`` as ``c.Sandbox.<name>``."""
+
+    bubblewrap = Bool(True, help="Run each kernel inside bubblewrap when the bwrap command exists.").tag(config=True)
+    cpu_seconds = Int(600, help="CPU seconds one notebook may use in all.").tag(config=True)
+    memory_mb = Int(4096, help="Address space of the kernel, MiB.").tag(config=True)
+    processes = Int(64, help="Processes and threads the kernel may have at once.").tag(config=True)
+    file_mb = Int(256, help="Largest file the kernel may write, MiB.").tag(config=True)
+    workers = Int(0, help="Notebooks graded at once; 0 means one per CPU core.").tag(config=True)
+    hidden = List(Unicode(), help="More folders the kernel must not see.").tag(config=True)
+
+
+def sandbox_settings(config: Config, root: Path, hidden: tuple[Path, ...] = ()) -> dict:
+    """The launcher's settings (see :mod:`autograder.sandbox`): limits and the folders to hide
+    (the course root ``root``, ``solutions/``, the git history, ``hidden`` and the configured ones)."""
+    sandbox = Sandbox(config=config)
+    hidden = [str(p) for p in (root, SOLUTIONS, REPO / ".git", *hidden)] + list(sandbox.hidden)
+    return {"bubblewrap": sandbox.bubblewrap, "cpu_seconds": sandbox.cpu_seconds, "memory_mb": sandbox.memory_mb,
+            "processes": sandbox.processes, "file_mb": sandbox.file_mb, "hidden": hidden}
+
+
+def paths_config(root: Path | None = None, release_dir: Path | None = None) -> Config:
+    """Where nbgrader reads and writes: ``source`` is ``solutions/``, ``release`` is ``labs/`` (or
+    ``release_dir``); submissions, autograded copies, feedback and the gradebook live under the
+    absolute course root ``root`` (default :func:`course_dir`)."""
     root = Path(root or course_dir()).resolve()
     c = Config()
     c.CourseDirectory.course_id = "mlsys"
@@ -37,11 +66,24 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     c.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
     c.Exchange.root = str(root / "exchange")
     c.NbGrader.logfile = str(root / "nbgrader.log")
+    return c
+
+
+def course_config(root: Path | None = None, release_dir: Path | None = None) -> Config:
+    """The course's default nbgrader configuration, with the paths of :func:`paths_config`."""
+    c = paths_config(root, release_dir)
     # Everything a student needs is in the notebook; do not copy stray files of the source folder.
     c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]
     c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+    c.Autograde.autograde_preprocessors = [  # nbgrader's list, with an Execute that reports kernel deaths
+        "autograder.execute.ExecuteReportingDeaths", "nbgrader.preprocessors.IgnorePattern",
+        "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+        "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
     c.Execute.kernel_name = GRADING_KERNEL
     c.Execute.timeout = CELL_TIMEOUT_S
+    c.KernelManager.transport = "ipc"  # Unix sockets: the sandboxed kernel has no network at all
     # The feedback a student reads must not show hidden tests: neither their source (nbgrader
     # restores it into the autograded copy) nor the traceback lines that quote it.
     c.GenerateFeedback.preprocessors = [
@@ -50,6 +92,17 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
         "nbgrader.preprocessors.ClearHiddenTests",
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
+    return c
+
+
+def load_config(root: Path | None = None, release_dir: Path | None = None) -> Config:
+    """The settings file's configuration (defaults plus the instructor's changes), for ``root``."""
+    path = Path(os.environ.get(CONFIG_ENV) or REPO / "autograder" / "nbgrader_config.py").resolve()
+    if not path.is_file():
+        raise ValueError(f"{CONFIG_ENV}={path}: no such settings file")
+    os.environ[TOOL_ENV] = "1"
+    c = PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+    c.merge(paths_config(root, release_dir))
     return c
 
 
@@ -63,10 +116,11 @@ def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
     jupyter_path = root / "jupyter"
     spec_dir = jupyter_path / "kernels" / GRADING_KERNEL
     spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    spec = {  # the launcher sandboxes the kernel when MLSYS_SANDBOX is set (only while grading)
+        "argv": [sys.executable, "-m", "autograder.sandbox", "{connection_file}"],
         "display_name": "mlsys grader",
         "language": "python",
+        "interrupt_mode": "message",  # a signal to the launcher would not reach a kernel in a PID namespace
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
     others = os.environ.get("JUPYTER_PATH")

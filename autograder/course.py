@@ -10,13 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
-from nbgrader.converters import Autograde, GenerateAssignment, GenerateFeedback
+from nbgrader.converters import GenerateAssignment
 
 from . import samples
+from .batch import grade_batch
+from .config import Sandbox, load_config
 from .nbgrader_run import require_success, run_converter, validate
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
-from .report import StudentResult, read_results, write_reports
-from .sanitize import UnreadableSubmission, demote_duplicate_cells, read_submission
+from .report import StudentResult, read_results, write_reports, write_summary
+from .sanitize import demote_duplicate_cells, read_submission, tamper_flags
 from .submissions import find_submissions
 
 SECRET_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -78,13 +80,15 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
     return results
 
 
-def collect(lab: str, student: str, notebook: Path, root: Path) -> None:
+def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
     """Put one submission where nbgrader expects it, repaired, with its timestamp (file mtime, UTC).
 
-    Raises :class:`UnreadableSubmission` if the file is not a notebook.
+    Returns the reasons to flag it (see :func:`~autograder.sanitize.tamper_flags`). Raises
+    :class:`~autograder.sanitize.UnreadableSubmission` if the file is not a notebook.
     """
     submitted = read_submission(notebook)
     demote_duplicate_cells(submitted)
+    flags = tamper_flags(submitted)
     dest = root / "submitted" / student / lab
     if dest.exists():
         shutil.rmtree(dest)
@@ -92,6 +96,7 @@ def collect(lab: str, student: str, notebook: Path, root: Path) -> None:
     nbformat.write(submitted, dest / f"{lab}.ipynb")
     stamp = dt.datetime.fromtimestamp(notebook.stat().st_mtime, tz=dt.timezone.utc)
     (dest / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
+    return flags
 
 
 def prepare_gradebook(lab: str, root: Path) -> None:
@@ -100,9 +105,11 @@ def prepare_gradebook(lab: str, root: Path) -> None:
                     f"nbgrader generate_assignment {lab}")
 
 
-def grade(lab: str, submissions: Path, *, root: Path | None = None, log=print) -> list[StudentResult]:
+def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int | None = None,
+          force: bool = False, log=print) -> list[StudentResult]:
     """Collect, autograde and give feedback on every submission of ``lab``; write the reports.
 
+    Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.batch`).
     One student's broken submission never stops the batch: it gets 0 with the reason recorded.
     Returns one :class:`StudentResult` per student found.
     """
@@ -110,47 +117,39 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, log=print) -
     root = Path(root or course_dir())
     root.mkdir(parents=True, exist_ok=True)
     prepare_gradebook(lab, root)
+    config = load_config(root)
+    if Sandbox(config=config).bubblewrap and not shutil.which("bwrap"):
+        log("warning: bubblewrap (bwrap) is not installed: notebooks run with resource limits only, "
+            "able to read this machine's files and use the network")
     with tempfile.TemporaryDirectory() as unpack:
         found = find_submissions(Path(submissions), lab, Path(unpack))
-        problems = dict(found.problems)
-        for student, notebook in found.notebooks.items():
-            try:
-                collect(lab, student, notebook, root)
-            except UnreadableSubmission as error:
-                problems[student] = str(error)
-                continue
-            log(f"grading {student} ...")
-            result = run_converter(Autograde, lab, student, root=root)
-            if not result["success"]:
-                problems[student] = "autograde failed: " + _last_line(result)
-                continue
-            result = run_converter(GenerateFeedback, lab, student, root=root)
-            if not result["success"]:
-                problems[student] = "feedback failed: " + _last_line(result)
-    _record_problems(root, lab, problems, graded=set(found.notebooks) - set(problems))
-    write_reports(root, {name: _load_problems(root, name) for name in lab_names()})
+        batch = grade_batch(lab, found.notebooks, root, force=force, progress=log,
+                            workers=Sandbox(config=config).workers if workers is None else workers)
+    problems = {**batch.problems, **found.problems}
+    record_notes(root, "problems", lab, problems, replaced=batch.graded)
+    record_notes(root, "flags", lab, batch.flags, replaced=batch.graded | set(batch.problems))
+    notes = {name: (load_notes(root, "problems", name), load_notes(root, "flags", name)) for name in lab_names()}
+    write_reports(root, notes)
+    everyone = read_results(root, lab, *notes[lab])
+    write_summary(root, lab, everyone)
     wanted = set(found.notebooks) | set(problems)
-    return [r for r in read_results(root, lab, _load_problems(root, lab)) if r.student in wanted]
+    return [r for r in everyone if r.student in wanted]
 
 
-def _last_line(result: dict) -> str:
-    lines = (result.get("error") or result.get("log") or "no log").strip().splitlines()
-    return lines[-1][:200] if lines else "no log"
+def _notes_file(root: Path) -> Path:
+    return root / "grading_notes.json"
 
 
-def _problems_file(root: Path) -> Path:
-    return root / "grading_problems.json"
+def load_notes(root: Path, kind: str, lab: str) -> dict[str, str]:
+    """student -> note of ``kind`` ("problems": why not graded; "flags": why to look again) for ``lab``."""
+    path = _notes_file(root)
+    return json.loads(path.read_text()).get(kind, {}).get(lab, {}) if path.exists() else {}
 
 
-def _load_problems(root: Path, lab: str) -> dict[str, str]:
-    path = _problems_file(root)
-    return json.loads(path.read_text()).get(lab, {}) if path.exists() else {}
-
-
-def _record_problems(root: Path, lab: str, problems: dict[str, str], graded: set[str]) -> None:
-    """Keep the last reason each student of ``lab`` could not be graded (cleared once graded)."""
-    path = _problems_file(root)
+def record_notes(root: Path, kind: str, lab: str, notes: dict[str, str], replaced: set[str]) -> None:
+    """Store ``notes``; the old notes of the ``replaced`` students go (their new ones are in ``notes``)."""
+    path = _notes_file(root)
     everything = json.loads(path.read_text()) if path.exists() else {}
-    kept = {s: why for s, why in everything.get(lab, {}).items() if s not in graded}
-    everything[lab] = {**kept, **problems}
+    kept = {s: why for s, why in everything.get(kind, {}).get(lab, {}).items() if s not in replaced}
+    everything.setdefault(kind, {})[lab] = {**kept, **notes}
     path.write_text(json.dumps(everything, indent=1, sort_keys=True))

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.utils import capture_log
 
-from .config import course_config, install_grading_kernel
+from .config import install_grading_kernel, load_config, sandbox_settings
+from .sandbox import SETTINGS_ENV
 
 
 class NbgraderError(RuntimeError):
@@ -19,41 +23,56 @@ class NbgraderError(RuntimeError):
 
 
 @contextlib.contextmanager
-def grading_environment(root: Path) -> Iterator[None]:
+def grading_environment(root: Path, sandboxed: bool = False, hidden: tuple[Path, ...] = ()) -> Iterator[Path]:
     """Make the grading kernel findable (and the tool importable) while nbgrader runs.
 
     nbgrader also runs the ``alembic`` command of this environment when it creates a gradebook,
     so this interpreter's ``bin/`` goes first on ``PATH`` even if the venv is not activated.
+    Yields a private, short folder for the kernels' connection files and Unix sockets (socket paths
+    are limited to ~100 bytes). With ``sandboxed``, the kernel launcher applies the course's
+    :class:`~autograder.config.Sandbox`, hiding ``hidden`` folders too.
     """
+    runtime = tempfile.mkdtemp(prefix="mlsys-kernel-")
     env = install_grading_kernel(root)
     repo = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env["JUPYTER_RUNTIME_DIR"] = runtime
+    env[SETTINGS_ENV] = json.dumps(sandbox_settings(load_config(root), root, hidden)) if sandboxed else None
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    _set_environment(env)
     try:
-        yield
+        yield Path(runtime)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environment(saved)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def run_converter(converter_cls, lab: str, student: str = "*", *, root: Path,
-                  release_dir: Path | None = None) -> dict:
+                  release_dir: Path | None = None, sandboxed: bool = False, hidden: tuple[Path, ...] = ()) -> dict:
     """Run one nbgrader converter (GenerateAssignment, Autograde, GenerateFeedback) for one lab.
+
+    ``sandboxed`` runs the notebooks' kernels in the course's sandbox (for student code), which
+    hides ``root`` and ``hidden`` among others.
 
     Returns nbgrader's ``capture_log`` result: ``{"success": bool, "log": str, "error": str}``.
     """
-    config = course_config(root, release_dir)
-    coursedir = CourseDirectory(config=config)
-    coursedir.assignment_id = lab
-    coursedir.student_id = student
-    app = converter_cls(coursedir=coursedir, config=config)
-    app.force = True
-    with grading_environment(root):
+    config = load_config(root, release_dir)
+    with grading_environment(root, sandboxed, hidden) as runtime:
+        config.KernelManager.ip = str(runtime / "kernel")  # absolute: kernel and grader agree on the sockets
+        coursedir = CourseDirectory(config=config)
+        coursedir.assignment_id = lab
+        coursedir.student_id = student
+        app = converter_cls(coursedir=coursedir, config=config)
+        app.force = True
         return capture_log(app)
 
 
@@ -73,9 +92,10 @@ def validate(notebook: Path, *, root: Path, invert: bool = False) -> dict:
     """
     from nbgrader.validator import Validator
 
-    config = course_config(root)
-    validator = Validator(config=config)
-    validator.invert = invert
-    validator.ignore_checksums = invert
-    with grading_environment(root):
+    config = load_config(root)
+    with grading_environment(root) as runtime:
+        config.KernelManager.ip = str(runtime / "kernel")
+        validator = Validator(config=config)
+        validator.invert = invert
+        validator.ignore_checksums = invert
         return validator.validate(str(notebook))

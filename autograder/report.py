@@ -23,12 +23,15 @@ class StudentResult:
     exercises: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
-def read_results(root: Path, lab: str, problems: dict[str, str]) -> list[StudentResult]:
+def read_results(root: Path, lab: str, problems: dict[str, str],
+                 flags: dict[str, str] | None = None) -> list[StudentResult]:
     """Results of every student of ``lab`` in the gradebook under ``root``, plus the ungradable ones.
 
     A student listed in ``problems`` scores 0 with the reason as status, even if an older
-    submission of theirs is still in the gradebook.
+    submission of theirs is still in the gradebook; one listed in ``flags`` keeps the score, with
+    status ``flagged: <why>`` for an instructor to look at.
     """
+    flags = flags or {}
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
         try:
             assignment = gb.find_assignment(lab)
@@ -46,15 +49,19 @@ def read_results(root: Path, lab: str, problems: dict[str, str]) -> list[Student
                 for grade in sorted(notebook.grades, key=lambda g: g.cell.name)
                 if grade.max_score > 0
             }
-            results[student] = StudentResult(student, lab, float(submission.score), max_score, GRADED, exercises)
+            status = f"flagged: {flags[student]}" if student in flags else GRADED
+            results[student] = StudentResult(student, lab, float(submission.score), max_score, status, exercises)
         for student, why in problems.items():
             results[student] = StudentResult(student, lab, 0.0, max_score, why)
     return [results[s] for s in sorted(results)]
 
 
-def write_reports(root: Path, problems_by_lab: dict[str, dict[str, str]]) -> None:
-    """Rewrite ``grades.csv`` (a row per student and lab) and ``exercises.csv`` (a row per test)."""
-    rows = [r for lab, problems in problems_by_lab.items() for r in read_results(root, lab, problems)]
+def write_reports(root: Path, notes_by_lab: dict[str, tuple[dict[str, str], dict[str, str]]]) -> None:
+    """Rewrite ``grades.csv`` (a row per student and lab) and ``exercises.csv`` (a row per test).
+
+    ``notes_by_lab`` maps each lab to its (problems, flags), as :func:`read_results` takes them.
+    """
+    rows = [r for lab, notes in notes_by_lab.items() for r in read_results(root, lab, *notes)]
     with open(root / "grades.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["student_id", "lab", "score", "max_score", "status"])
@@ -75,3 +82,52 @@ def format_table(results: list[StudentResult]) -> str:
     for r in results:
         lines.append(f"{r.student:<{width}}  {r.score:>6g} / {r.max_score:<4g}  {r.status}")
     return "\n".join(lines)
+
+
+def exercise_summary(results: list[StudentResult]) -> list[tuple[str, float, float, float]]:
+    """Per test cell over the graded students: (test, mean score, max score, fraction failing), the
+    most failed first."""
+    by_test: dict[str, list[tuple[float, float]]] = {}
+    for r in results:
+        for name, scored in r.exercises.items():
+            by_test.setdefault(name, []).append(scored)
+    rows = []
+    for name, scores in by_test.items():
+        maximum = scores[0][1]
+        failing = sum(score < top for score, top in scores) / len(scores)
+        rows.append((name, sum(score for score, _ in scores) / len(scores), maximum, failing))
+    return sorted(rows, key=lambda row: (-row[3], row[0]))
+
+
+def write_summary(root: Path, lab: str, results: list[StudentResult]) -> Path:
+    """``summary_<lab>.md`` (score statistics, tests that fail most, students needing attention)
+    and ``scores_<lab>.png`` (the score distribution); returns the Markdown file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scores = [r.score for r in results]
+    maximum = max((r.max_score for r in results), default=0)
+    figure, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    ax.hist(scores, bins=min(20, max(1, int(maximum) + 1)), range=(0, maximum or 1), color="tab:blue")
+    ax.set_xlabel(f"score (out of {maximum:g})")
+    ax.set_ylabel("students")
+    ax.set_title(f"{lab}: {len(scores)} submissions")
+    plot = root / f"scores_{lab}.png"
+    figure.savefig(plot, dpi=110)
+    plt.close(figure)
+
+    mean = sum(scores) / len(scores) if scores else 0.0
+    lines = [f"# {lab}: grading summary", "",
+             f"{len(results)} students, mean {mean:.2f} / {maximum:g}, "
+             f"{sum(r.score == maximum for r in results)} with full marks.", "",
+             f"![score distribution]({plot.name})", "", "## Tests, most failed first", "",
+             "| test | mean | max | failing |", "|---|---|---|---|"]
+    lines += [f"| {name} | {avg:.2f} | {top:g} | {fail:.0%} |" for name, avg, top, fail in exercise_summary(results)]
+    attention = [r for r in results if r.status != GRADED]
+    if attention:
+        lines += ["", "## Needs attention", ""] + [f"- {r.student}: {r.status}" for r in attention]
+    summary = root / f"summary_{lab}.md"
+    summary.write_text("\n".join(lines) + "\n")
+    return summary

@@ -1,4 +1,4 @@
-"""Repair what students do to notebooks before nbgrader sees them.
+"""What students do to notebooks, caught before nbgrader sees them: repaired, or flagged.
 
 A student who copies a cell duplicates its nbgrader ``grade_id``. nbgrader's own DeduplicateIds
 then empties the copy's metadata to ``{}``, which its CheckCellMetadata reads as an outdated format
@@ -9,6 +9,7 @@ would keep it), so they still run but are not graded twice.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import nbformat
@@ -40,3 +41,55 @@ def demote_duplicate_cells(notebook: nbformat.NotebookNode) -> list[str]:
             duplicated.append(grade_id)
         seen.add(grade_id)
     return sorted(set(duplicated))
+
+
+#: Names the test cells import; a student's code that rebinds or patches them tampers with grading.
+TEST_HELPERS = frozenset({"reference_guard", "numpy_view", "shares_storage", "assert_close", "assert_loops_only",
+                          "ReferenceUsedError"})
+#: Modules whose attributes a student's code must not assign to.
+PROTECTED_ROOTS = frozenset({"mlsys_lib", "builtins", "np", "numpy", "sys", "importlib", "nbgrader"})
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def tamper_flags(notebook: nbformat.NotebookNode) -> list[str]:
+    """Reasons to flag a submission: code outside the test cells that rebinds the test helpers,
+    assigns into protected modules (``mlsys_lib.testing.x = ...``, ``builtins.x = ...``,
+    ``np.testing.x = ...``) or swaps a function's ``__code__``. Static: what the code says, not does."""
+    trees = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            try:
+                trees.append((index, ast.parse(cell.source)))
+            except SyntaxError:
+                continue
+    protected = set(PROTECTED_ROOTS)  # and every name a protected module is imported under
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                protected |= {a.asname or a.name.split(".")[0] for a in node.names
+                              if a.name.split(".")[0] in PROTECTED_ROOTS}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PROTECTED_ROOTS:
+                protected |= {a.asname or a.name for a in node.names if a.name not in TEST_HELPERS}
+    flags = []
+    for index, tree in trees:
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in TEST_HELPERS:
+                flags.append(f"cell {index} redefines the test helper {node.name}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("setattr", "delattr") \
+                    and node.args and _root_name(node.args[0]) in protected:
+                flags.append(f"cell {index} calls {node.func.id} on {_root_name(node.args[0])}")
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in TEST_HELPERS:
+                    flags.append(f"cell {index} rebinds the test helper {target.id}")
+                elif isinstance(target, ast.Attribute) and (target.attr == "__code__"
+                                                             or _root_name(target) in protected):
+                    flags.append(f"cell {index} assigns to {ast.unparse(target)}")
+    return flags

@@ -4,12 +4,13 @@ from pathlib import Path
 
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder.config import GRADING_KERNEL, course_config
+from autograder.config import GRADING_KERNEL, TOOL_ENV, course_config, load_config
 from autograder.paths import LABS, REPO, SOLUTIONS
 
 
 def test_nbgrader_config_file_is_the_course_config(monkeypatch, tmp_path):
     monkeypatch.setenv("MLSYS_COURSE_DIR", str(tmp_path / "live"))
+    monkeypatch.delenv(TOOL_ENV, raising=False)  # as plain nbgrader reads it
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "other"))  # restored after the test
     loaded = PyFileConfigLoader("nbgrader_config.py", path=str(REPO / "autograder")).load_config()
     expected = course_config()
@@ -21,3 +22,13 @@ def test_nbgrader_config_file_is_the_course_config(monkeypatch, tmp_path):
     assert course.source_directory == str(SOLUTIONS) and course.release_directory == str(LABS)
     assert loaded.Execute.kernel_name == GRADING_KERNEL
     assert (tmp_path / "live" / "jupyter" / "kernels" / GRADING_KERNEL / "kernel.json").exists()
+
+
+def test_the_tool_reads_the_settings_file(monkeypatch, tmp_path):
+    settings = tmp_path / "settings.py"
+    settings.write_text("c = get_config()\nc.merge(__import__('autograder.config').config.course_config())\n"
+                        "c.Execute.timeout = 7\nc.Sandbox.memory_mb = 1234\n")
+    monkeypatch.setenv("MLSYS_CONFIG", str(settings))
+    loaded = load_config(tmp_path / "root")
+    assert loaded.Execute.timeout == 7 and loaded.Sandbox.memory_mb == 1234
+    assert loaded.CourseDirectory.root == str((tmp_path / "root").resolve())

@@ -1,0 +1,185 @@
+"""Grade a class at once: each submission in its own worker process, sandbox and course root.
+
+A worker copies the course gradebook (which holds the lab's source cells and points), collects one
+submission, runs nbgrader's autograde (kernel sandboxed) and feedback in a private root under
+``<course>/work/<student>``, and the main process, the only writer of the course gradebook, merges
+the result. A manifest of what was graded (the submission's and the lab's fingerprints) makes a
+re-run skip the unchanged, so re-running after an interruption loses nothing and repeats nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+from nbgrader.converters import Autograde, GenerateFeedback
+
+from .execute import KILLER_ENV
+from .merge import merge_submission
+from .nbgrader_run import run_converter
+from .paths import SOLUTIONS
+from .sandbox import remove_empty_cgroups
+from .sanitize import UnreadableSubmission
+
+STEPS = ("submitted", "autograded", "feedback")
+
+
+@dataclass
+class Outcome:
+    """What a worker did with one submission: graded (``problem`` None) or why not; reasons to flag it."""
+
+    student: str
+    problem: str | None = None
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BatchResult:
+    """Students graded in this run, why the others could not be, and why some need a second look."""
+
+    graded: set[str] = field(default_factory=set)
+    problems: dict[str, str] = field(default_factory=dict)
+    flags: dict[str, str] = field(default_factory=dict)
+
+
+#: Cells that kill the kernel skipped one by one before a submission is given up (0, with the reason).
+MAX_KERNEL_DEATHS = 3
+
+
+def _last_line(result: dict) -> str:
+    """The most telling line of a failed nbgrader run's log (an exception, not the generic footer)."""
+    lines = [line.strip() for line in (result.get("log", "") + "\n" + result.get("error", "")).splitlines()]
+    telling = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)
+               and "NbGraderException" not in line]
+    return (telling or [line for line in lines if line] or ["no log"])[-1][:200]
+
+
+def skip_killer_cell(submitted: Path, index: int) -> str | None:
+    """Replace the cell that killed the kernel by a comment, in the collected copy; return the flag.
+
+    ``None`` if that cell is a test cell (nbgrader restores those, so it cannot be skipped).
+    """
+    notebook = nbformat.read(submitted, as_version=4)
+    if notebook.cells[index].get("metadata", {}).get("nbgrader", {}).get("grade"):
+        return None
+    first = (notebook.cells[index].source.strip().splitlines() or [""])[0][:60]
+    notebook.cells[index].source = f"# skipped by the grader: this cell stopped the kernel\n# {first}"
+    nbformat.write(notebook, submitted)
+    return f"cell {index} stopped the kernel and was skipped ({first})"
+
+
+def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: Path) -> Outcome:
+    """Worker: autograde and give feedback on one submission in the private course root ``work``
+    (a folder under ``course_root``, whose gradebook it copies and which its kernel cannot see)."""
+    from .course import collect  # the worker process imports what it needs
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    shutil.copyfile(course_root / "gradebook.db", work / "gradebook.db")
+    try:
+        flags = collect(lab, student, notebook, work)
+    except UnreadableSubmission as error:
+        return Outcome(student, str(error))
+    killer = work / "killer_cell"
+    os.environ[KILLER_ENV] = str(killer)
+    submitted = work / "submitted" / student / lab / f"{lab}.ipynb"
+    for _ in range(MAX_KERNEL_DEATHS + 1):
+        killer.unlink(missing_ok=True)
+        result = run_converter(Autograde, lab, student, root=work, sandboxed=True, hidden=(course_root,))
+        if result["success"] or not killer.exists():
+            break
+        skipped = skip_killer_cell(submitted, int(killer.read_text()))
+        if skipped is None:  # a test cell died (memory held by earlier cells?): nothing to skip
+            return Outcome(student, f"autograde failed: the kernel died in test cell {killer.read_text()} "
+                                    "(memory or processes exhausted by the notebook?)", flags)
+        flags.append(skipped)
+    if not result["success"]:
+        return Outcome(student, "autograde failed: " + _last_line(result), flags)
+    result = run_converter(GenerateFeedback, lab, student, root=work)
+    if not result["success"]:
+        return Outcome(student, "feedback failed: " + _last_line(result), flags)
+    return Outcome(student, None, flags)
+
+
+def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:
+    """Move one graded submission's folders and gradebook rows from ``work`` into the course ``root``."""
+    for step in STEPS:
+        source, target = work / step / student / lab, root / step / student / lab
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(source), str(target))
+    merge_submission(work / "gradebook.db", root / "gradebook.db", lab, student)
+
+
+def fingerprint(lab: str, notebook: Path) -> str:
+    """Changes when the submission or the lab's source (its tests) changes."""
+    digest = hashlib.sha256(notebook.read_bytes())
+    for source in sorted((SOLUTIONS / lab).glob("*.ipynb")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+class Manifest:
+    """``<course>/graded.json``: lab -> student -> fingerprint of what was graded, written atomically."""
+
+    def __init__(self, root: Path):
+        self.path = root / "graded.json"
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def get(self, lab: str, student: str) -> str | None:
+        return self.data.get(lab, {}).get(student)
+
+    def record(self, lab: str, student: str, value: str) -> None:
+        self.data.setdefault(lab, {})[student] = value
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        os.replace(partial, self.path)
+
+
+def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, workers: int = 0, force: bool = False,
+                progress: Callable[[str], None] = print) -> BatchResult:
+    """Grade every ``student -> notebook`` not graded before (unchanged ones are skipped).
+
+    ``workers`` processes at once (0: one per CPU core). Students whose submission and lab are
+    unchanged since they were last graded are skipped unless ``force``.
+    """
+    manifest = Manifest(root)
+    prints = {student: fingerprint(lab, path) for student, path in notebooks.items()}
+    todo = {s: p for s, p in notebooks.items() if force or manifest.get(lab, s) != prints[s]}
+    skipped = len(notebooks) - len(todo)
+    if skipped:
+        progress(f"{skipped} submission(s) unchanged since last graded: skipped (force to regrade)")
+    shutil.rmtree(root / "work", ignore_errors=True)  # leftovers of an interrupted run
+    result = BatchResult()
+    workers = workers or os.cpu_count() or 1
+    context = multiprocessing.get_context("spawn")  # no inherited threads or open gradebook sessions
+    with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        running = {pool.submit(grade_one, lab, s, p, root, root / "work" / s): s
+                   for s, p in sorted(todo.items())}
+        for done, future in enumerate(futures.as_completed(running), start=1):
+            student = running[future]
+            try:
+                outcome = future.result()
+            except Exception as error:  # a crashed worker costs that student a reason, not the batch
+                outcome = Outcome(student, f"grader error: {type(error).__name__}: {error}")
+            if outcome.problem is None:
+                merge_outcome(lab, student, root / "work" / student, root)
+                result.graded.add(student)
+            else:
+                result.problems[student] = outcome.problem
+            if outcome.flags:
+                result.flags[student] = "; ".join(outcome.flags)
+            manifest.record(lab, student, prints[student])
+            progress(f"[{done}/{len(todo)}] {student}: {outcome.problem or 'graded'}")
+    shutil.rmtree(root / "work", ignore_errors=True)
+    remove_empty_cgroups()
+    return result

@@ -1,0 +1,96 @@
+"""Grading a class: plain serial ``nbgrader autograde`` vs ``mlsys course grade`` (parallel, sandboxed).
+
+    python benchmarks/grading.py [--students 40] [--lab lab01_tensors]
+
+Makes N submissions of one lab (a mix of correct, wrong and adversarial ones, cycling through the
+lab's samples and a few attacks from tests/adversarial_corpus.py that do not wait on timeouts),
+grades them both ways on fresh course folders in this run, and prints both times, the ratio and the
+seconds per submission. Plain nbgrader runs the same notebooks with the course's settings, without
+the sandbox, one at a time (what ``nbgrader autograde LAB`` does); ``mlsys course grade`` also writes
+feedback and the reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import nbformat  # noqa: E402
+
+from adversarial_corpus import CASES, Context, write_case  # noqa: E402
+from autograder import course, samples  # noqa: E402
+from autograder.paths import LABS, SOLUTIONS  # noqa: E402
+
+FAST_ATTACKS = ["copied_test_cell", "wrong_kernel", "sys_exit", "enormous_output", "asks_input", "memory_bomb"]
+
+
+def make_class(lab: str, students: int, folder: Path) -> list[str]:
+    """Write ``students`` submissions into ``folder/<student>/<lab>.ipynb``; return their names."""
+    pool = folder / "pool"
+    kinds = list(samples.build_samples(lab, pool))
+    solved = nbformat.read(pool / "solution" / f"{lab}.ipynb", as_version=4)
+    ctx = Context(str(SOLUTIONS), str(folder / "course"), 9)
+    for case in (c for c in CASES if c.name in FAST_ATTACKS and lab == "lab01_tensors"):
+        write_case(case, solved, ctx, pool / case.name / f"{lab}.ipynb")
+        kinds.append(case.name)
+    names = []
+    for i in range(students):
+        kind = kinds[i % len(kinds)]
+        name = f"s{i:03d}_{kind}"
+        (folder / "class" / name).mkdir(parents=True)
+        shutil.copyfile(pool / kind / f"{lab}.ipynb", folder / "class" / name / f"{lab}.ipynb")
+        names.append(name)
+    return names
+
+
+def plain_nbgrader(lab: str, names: list[str], folder: Path) -> float:
+    """Seconds for ``nbgrader autograde`` over the class, serially, on a fresh course folder."""
+    root = folder / "plain"
+    course.prepare_gradebook(lab, root)
+    for name in names:
+        dest = root / "submitted" / name / lab
+        dest.mkdir(parents=True)
+        shutil.copyfile(folder / "class" / name / f"{lab}.ipynb", dest / f"{lab}.ipynb")
+    env = dict(os.environ, MLSYS_COURSE_DIR=str(root), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    start = time.perf_counter()
+    subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "autograde", lab, "--force",
+                    "--config", str(REPO / "autograder" / "nbgrader_config.py")],
+                   cwd=root, env=env, check=False, capture_output=True)
+    return time.perf_counter() - start
+
+
+def course_grade(lab: str, folder: Path) -> float:
+    """Seconds for ``mlsys course grade`` over the class (parallel, sandboxed, feedback, reports)."""
+    start = time.perf_counter()
+    course.grade(lab, folder / "class", root=folder / "tool", log=lambda message: None)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--lab", default="lab01_tensors")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        names = make_class(args.lab, args.students, folder)
+        plain = plain_nbgrader(args.lab, names, folder)
+        tool = course_grade(args.lab, folder)
+    n = len(names)
+    print(f"{n} submissions of {args.lab} on {os.cpu_count()} cores")
+    print(f"  nbgrader autograde (serial, no sandbox):  {plain:7.1f} s  {plain / n:5.2f} s/submission")
+    print(f"  mlsys course grade (parallel, sandboxed): {tool:7.1f} s  {tool / n:5.2f} s/submission")
+    print(f"  speed-up: {plain / tool:.2f}x (target >= 1.8x)")
+
+
+if __name__ == "__main__":
+    main()

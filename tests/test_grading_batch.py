@@ -1,0 +1,76 @@
+"""Grading a class: killed midway, re-run, nothing lost and nothing graded twice. Plus the report."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from autograder import samples
+from autograder.paths import REPO
+from autograder.report import StudentResult, exercise_summary
+
+LAB = "lab01_tensors"
+
+
+def _grade(subs, root, *extra):
+    return subprocess.Popen([sys.executable, "-m", "mlsys_lib.cli", "course", "grade", LAB, str(subs),
+                             "--course-dir", str(root), *extra], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_killed_grader_loses_nothing_and_rerun_is_idempotent(tmp_path):
+    subs, root = tmp_path / "subs", tmp_path / "course"
+    expected = samples.build_samples(LAB, subs)
+    keep = ["solution", "blank", "wrong_strides_reversed", "wrong_edge_tiles_dropped"]
+    for student in set(expected) - set(keep):
+        for path in (subs / student).iterdir():
+            path.unlink()
+        (subs / student).rmdir()
+
+    first = _grade(subs, root, "--workers", "1")
+    for line in first.stdout:
+        if line.startswith("[1/4]"):
+            os.killpg(first.pid, signal.SIGKILL)  # the grader and its workers and kernels, mid-batch
+            break
+    first.wait(timeout=60)
+    graded_before = json.loads((root / "graded.json").read_text())[LAB]
+    assert len(graded_before) == 1
+
+    second = _grade(subs, root)
+    output = second.communicate(timeout=600)[0]
+    assert second.returncode == 0, output
+    assert "1 submission(s) unchanged since last graded: skipped" in output
+    assert output.count("[") >= 3 and "[3/3]" in output
+
+    third = _grade(subs, root)
+    output = third.communicate(timeout=600)[0]
+    assert "4 submission(s) unchanged since last graded: skipped" in output
+
+    with open(root / "grades.csv") as handle:
+        rows = {r["student_id"]: r for r in csv.DictReader(handle) if r["lab"] == LAB}
+    assert sorted(rows) == sorted(keep)
+    assert float(rows["solution"]["score"]) == float(rows["solution"]["max_score"]) > 0
+    assert float(rows["blank"]["score"]) == 0
+    for student in keep[2:]:
+        assert 0 < float(rows[student]["score"]) < float(rows[student]["max_score"]), rows[student]
+    assert not (root / "work").exists()
+    summary = (root / f"summary_{LAB}.md").read_text()
+    assert "4 students" in summary and (root / f"scores_{LAB}.png").stat().st_size > 5_000
+
+
+def test_exercise_summary_orders_by_failure_rate():
+    results = [
+        StudentResult("a", LAB, 3, 3, exercises={"t1": (1, 1), "t2": (2, 2)}),
+        StudentResult("b", LAB, 1, 3, exercises={"t1": (1, 1), "t2": (0, 2)}),
+        StudentResult("c", LAB, 0, 3, exercises={"t1": (0, 1), "t2": (0, 2)}),
+    ]
+    rows = exercise_summary(results)
+    assert [r[0] for r in rows] == ["t2", "t1"]
+    name, mean, top, failing = rows[0]
+    assert (mean, top) == (2 / 3, 2) and failing == pytest.approx(2 / 3)
+    assert rows[1][3] == pytest.approx(1 / 3)
