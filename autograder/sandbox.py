@@ -40,6 +40,8 @@ def bwrap_command(kernel: list[str], workdir: Path, connection_file: Path, hidde
                          f"not {connection.get('transport')!r} (set c.KernelManager.transport = 'ipc')")
     sockets = Path(connection["ip"]).parent
     command = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in _needed_under_tmp():  # a course repository or venv living in /tmp stays readable
+        command += ["--ro-bind", path, path]
     for path in hidden:
         if Path(path).exists():
             command += ["--tmpfs", str(path)]
@@ -54,6 +56,12 @@ def bwrap_command(kernel: list[str], workdir: Path, connection_file: Path, hidde
         "--setenv", "MPLCONFIGDIR", "/tmp/matplotlib",
     ]
     return command + kernel
+
+
+def _needed_under_tmp() -> list[str]:
+    """The repository (``mlsys_lib``, the autograder) and Python installations, where they lie under /tmp."""
+    paths = {Path(__file__).resolve().parent.parent, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    return sorted(str(p) for p in paths if p.is_relative_to("/tmp") and p != Path("/tmp"))
 
 
 def _processes_of_this_user() -> int:
