@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "setuptools>=68" wheel
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,mpi]"
 	touch $(STAMP)
 
 ## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures

@@ -1,0 +1,36 @@
+"""Process groups and collectives: a simulated (multiprocessing) backend and an MPI backend, α-β costs.
+
+* ``launch(fn, world_size, backend="sim" | "mpi", args=..., timeout=..., cost=...)`` runs
+  ``fn(group, *args)`` on every rank and returns the results by rank.
+* :class:`ProcessGroup` (``group``): ``rank``, ``world_size``; ``send``/``recv``/``isend``/``irecv``
+  (:class:`Request` ``.wait()``), ``barrier``; ``broadcast``, ``reduce``, ``scatter``, ``gather``,
+  ``all_gather``, ``reduce_scatter``, ``all_reduce`` with ``algorithm`` "ring", "tree" or "naive"
+  (``ALGORITHMS``) and ops "sum", "prod", "max", "min", "mean"; ``clock``, ``bytes_sent``,
+  ``bytes_received``, ``reset_trace``, ``reduce_local`` (the α-β-γ trace).
+* The algorithms (``ring``, ``tree``, ``naive``) are written once on top of ``isend``/``recv``; a
+  backend only moves arrays between ranks (``sim``: processes, pipes and shared memory; ``mpi``: mpi4py).
+* ``CostModel(alpha, beta, gamma)`` and ``closed_form(op, algorithm, n, p, alpha, beta, gamma)``: the
+  lecture's formulas, which the sim clock reproduces exactly (see ``cost`` for when).
+* ``mpi_group()``: the group of a script started with ``mpiexec -n 4 python script.py``.
+* ``data_parallel``: data-parallel SGD of softmax regression over ``all_reduce``.
+
+Errors: :class:`RankFailedError` and :class:`LaunchTimeoutError` from ``launch``,
+:class:`PeerFailedError` inside a rank whose peer failed, :class:`CollectiveMismatchError` on every
+rank of a collective whose ranks disagree (shapes, dtypes, root, op, algorithm).
+"""
+
+from .collectives import ALGORITHMS
+from .cost import CostModel, closed_form
+from .data_parallel import data_parallel_sgd, sgd
+from .errors import CollectiveMismatchError, CommError, LaunchTimeoutError, PeerFailedError, RankFailedError
+from .group import ProcessGroup, Request
+from .launch import BACKENDS, launch
+from .mpi import mpi_group
+from .ops import REDUCE_OPS
+
+__all__ = [
+    "launch", "BACKENDS", "ProcessGroup", "Request", "mpi_group",
+    "ALGORITHMS", "REDUCE_OPS", "CostModel", "closed_form",
+    "data_parallel_sgd", "sgd",
+    "CommError", "PeerFailedError", "RankFailedError", "LaunchTimeoutError", "CollectiveMismatchError",
+]

@@ -1,0 +1,282 @@
+"""``ProcessGroup``: point-to-point messages, the α-β clock, and the collectives, for any backend.
+
+A backend is a :class:`Transport`: it moves one array from a rank to another and can all-gather a
+small Python object (used to check that the ranks of a collective agree). Everything else is here,
+written once: argument checks, the logical clock and byte counters, and (in ``collectives``) the
+algorithms, which only call :meth:`ProcessGroup.isend` / :meth:`ProcessGroup.recv` /
+:meth:`ProcessGroup.reduce_local`, exactly as a student's own algorithm would.
+
+The clock (seconds of the :class:`~mlsys_lib.comm.cost.CostModel`, not wall time), per rank:
+
+* a send of n bytes starts at ``s = max(clock, end of this rank's previous send)`` and takes
+  ``α + nβ``; ``send`` (or ``wait`` on an ``isend``) moves the clock to ``s + α + nβ``;
+* a receive moves the clock to ``max(clock, arrival)``, ``arrival = max(s, end of this rank's
+  previous receive) + α + nβ`` (one message at a time on the way in, in the order received);
+* ``reduce_local`` of n bytes adds ``nγ``; ``barrier`` and the agreement checks cost nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import collectives
+from .blocks import as_array
+from .cost import CostModel
+from .ops import check_op, combine
+
+MAX_TAG = 16383
+COLLECTIVE_CHANNEL = 1  # the collectives' messages never match a user's send/recv (channel 0)
+
+Header = tuple[str, tuple[int, ...], float]  # (dtype.str, shape, send time in clock seconds)
+
+
+class Incoming(Protocol):
+    """A message that has arrived: its header, and a way to copy its payload out."""
+
+    header: Header
+
+    def read_into(self, out: np.ndarray) -> None:
+        """Copy the payload into ``out`` (C-contiguous, the header's dtype and size)."""
+
+
+class Transport(Protocol):
+    """What a backend provides: ordered point-to-point messages between ranks, and an object all-gather.
+
+    Messages between one pair of ranks on one ``key`` = (channel, tag) arrive in the order sent.
+    """
+
+    rank: int
+    world_size: int
+    name: str
+
+    def start_send(self, payload: np.ndarray, dst: int, key: tuple[int, int],
+                   header: Header) -> Callable[[], None]:
+        """Start sending the C-contiguous ``payload``; the returned function waits until it is sent."""
+
+    def start_recv(self, src: int, key: tuple[int, int]) -> Callable[[], Incoming]:
+        """Start receiving the next message from ``src`` on ``key``; the function waits for it."""
+
+    def exchange(self, obj: Any) -> list[Any]:
+        """All-gather one small picklable object per rank (list indexed by rank); not traced."""
+
+    def barrier(self) -> None:
+        """Return once every rank has called it; not traced."""
+
+
+@dataclass
+class Trace:
+    """A rank's logical clock (s), port availability (s) and byte counters."""
+
+    clock: float = 0.0
+    send_free: float = 0.0
+    recv_free: float = 0.0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    def reset(self) -> None:
+        """Back to time 0 with nothing counted."""
+        self.clock = self.send_free = self.recv_free = 0.0
+        self.bytes_sent = self.bytes_received = 0
+
+
+class Request:
+    """A non-blocking send or receive; :meth:`wait` finishes it (and returns the received array)."""
+
+    def __init__(self, finish: Callable[[], np.ndarray | None]) -> None:
+        self._finish: Callable[[], np.ndarray | None] | None = finish
+        self._result: np.ndarray | None = None
+
+    def wait(self) -> np.ndarray | None:
+        """Block until done; a receive returns its array, a send None. Calling it again is free."""
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            self._result = finish()
+        return self._result
+
+
+class ProcessGroup:
+    """The ranks of one job, as seen from one of them (shaped like torch.distributed / MPI).
+
+    ``rank`` in ``0..world_size-1``. Point-to-point: :meth:`send`, :meth:`recv`, :meth:`isend`,
+    :meth:`irecv`, :meth:`barrier`. Collectives (every rank calls them in the same order):
+    :meth:`broadcast`, :meth:`reduce`, :meth:`scatter`, :meth:`gather`, :meth:`all_gather`,
+    :meth:`reduce_scatter`, :meth:`all_reduce`. Tracing: :attr:`clock`, :attr:`bytes_sent`,
+    :attr:`bytes_received`, :meth:`reset_trace`, :meth:`reduce_local`.
+    """
+
+    def __init__(self, transport: Transport, cost: CostModel | None = None) -> None:
+        if cost is not None and not isinstance(cost, CostModel):
+            raise TypeError(f"cost must be a CostModel, got {type(cost).__name__}")
+        self._transport = transport
+        self.cost: CostModel = cost if cost is not None else CostModel()
+        self._channel = 0
+        self._trace = Trace()
+        # The collectives run on a view with the same transport, clock and counters, on their own channel.
+        collective = copy.copy(self)
+        collective._channel = COLLECTIVE_CHANNEL
+        collective._collective_group = collective
+        self._collective_group = collective
+
+    # ---------------------------------------------------------------- identity and tracing
+    @property
+    def rank(self) -> int:
+        """This process's rank, 0..world_size-1."""
+        return self._transport.rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks p."""
+        return self._transport.world_size
+
+    @property
+    def backend(self) -> str:
+        """"sim" or "mpi"."""
+        return self._transport.name
+
+    @property
+    def clock(self) -> float:
+        """This rank's logical time in seconds under :attr:`cost` (see the module docstring)."""
+        return self._trace.clock
+
+    @property
+    def bytes_sent(self) -> int:
+        """Payload bytes this rank has sent (user messages and collectives)."""
+        return self._trace.bytes_sent
+
+    @property
+    def bytes_received(self) -> int:
+        """Payload bytes this rank has received."""
+        return self._trace.bytes_received
+
+    def reset_trace(self) -> None:
+        """Set the clock and the byte counters to 0 (call it when no message is in flight)."""
+        self._trace.reset()
+
+    def reduce_local(self, acc: np.ndarray, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        """``acc <- op(acc, x)`` elementwise in place (``x`` of acc's shape); charges ``acc.nbytes · γ`` s.
+
+        The local step of a reduction algorithm; returns ``acc``.
+        """
+        check_op(op, acc.dtype)
+        if acc.shape != np.shape(x):
+            raise ValueError(f"reduce_local: acc has shape {acc.shape} but x has shape {np.shape(x)}")
+        combine(acc, x, op)
+        self._trace.clock += self.cost.reduction(acc.nbytes)
+        return acc
+
+    # ---------------------------------------------------------------- point to point
+    def _check_peer(self, peer: int, what: str) -> None:
+        if not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.world_size:
+            raise ValueError(f"{what} must be a rank in 0..{self.world_size - 1}, got {peer!r}")
+        if peer == self.rank:
+            raise ValueError(f"{what}={peer} is this rank itself: a rank does not message itself")
+
+    def _key(self, tag: int) -> tuple[int, int]:
+        if not isinstance(tag, (int, np.integer)) or not 0 <= tag <= MAX_TAG:
+            raise ValueError(f"tag must be an int in 0..{MAX_TAG}, got {tag!r}")
+        return (self._channel, int(tag))
+
+    def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
+        """Start sending array ``x`` (any shape and numeric dtype) to rank ``dst``; returns a Request.
+
+        Do not write to ``x`` before ``wait()``: the sim backend copies it at once, but the MPI
+        backend reads it until then.
+        """
+        self._check_peer(dst, "dst")
+        key = self._key(tag)
+        payload = np.require(as_array(x, "x"), requirements="C")  # keeps 0-d arrays 0-d
+        trace = self._trace
+        start = max(trace.clock, trace.send_free)
+        done = start + self.cost.message(payload.nbytes)
+        trace.send_free = done
+        trace.bytes_sent += payload.nbytes
+        wait_sent = self._transport.start_send(payload, int(dst), key, (payload.dtype.str, payload.shape, start))
+
+        def finish() -> None:
+            wait_sent()
+            trace.clock = max(trace.clock, done)
+        return Request(finish)
+
+    def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
+        """Send array ``x`` to rank ``dst`` (``isend(x, dst, tag).wait()``)."""
+        self.isend(x, dst, tag).wait()
+
+    def irecv(self, src: int, out: np.ndarray | None = None, tag: int = 0) -> Request:
+        """Start receiving the next array from ``src`` with ``tag``; ``wait()`` returns it.
+
+        ``out``: a C-contiguous writable array of the sender's dtype and size to receive into
+        (it is returned, in its own shape); by default a new array of the sender's shape.
+        """
+        self._check_peer(src, "src")
+        key = self._key(tag)
+        if out is not None and not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
+            raise ValueError("out must be a C-contiguous, writable numpy array")
+        wait_arrived = self._transport.start_recv(int(src), key)
+        trace, cost = self._trace, self.cost
+
+        def finish() -> np.ndarray:
+            message = wait_arrived()
+            dtype, shape, sent_at = message.header
+            buf = np.empty(shape, np.dtype(dtype)) if out is None else out
+            if buf.dtype != np.dtype(dtype) or buf.size != int(np.prod(shape)):
+                raise ValueError(f"rank {self.rank} receives into out of dtype {buf.dtype} and size {buf.size}, "
+                                 f"but rank {src} sent dtype {np.dtype(dtype)} and shape {tuple(shape)}")
+            message.read_into(buf)
+            arrival = max(sent_at, trace.recv_free) + cost.message(buf.nbytes)
+            trace.recv_free = arrival
+            trace.clock = max(trace.clock, arrival)
+            trace.bytes_received += buf.nbytes
+            return buf
+        return Request(finish)
+
+    def recv(self, src: int, out: np.ndarray | None = None, tag: int = 0) -> np.ndarray:
+        """Receive the next array from rank ``src`` (``irecv(src, out, tag).wait()``)."""
+        result = self.irecv(src, out, tag).wait()
+        assert result is not None  # a receive's wait() always returns its array
+        return result
+
+    def barrier(self) -> None:
+        """Wait until every rank has reached the barrier (not traced)."""
+        self._transport.barrier()
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """All-gather one small picklable object per rank, outside the trace (list indexed by rank)."""
+        return self._transport.exchange(obj)
+
+    # ---------------------------------------------------------------- collectives
+    def broadcast(self, x: np.ndarray | None, root: int = 0, algorithm: str = "tree") -> np.ndarray:
+        """Every rank gets the root's ``x`` (any shape). Non-roots pass None, or an array of the
+        root's shape and dtype that is filled in place and returned."""
+        return collectives.broadcast(self._collective_group, x, root, algorithm)
+
+    def reduce(self, x: np.ndarray, root: int = 0, op: str = "sum", algorithm: str = "tree") -> np.ndarray | None:
+        """``op`` over the ranks' ``x`` (same shape and dtype everywhere), at ``root``; None elsewhere."""
+        return collectives.reduce(self._collective_group, x, root, op, algorithm)
+
+    def scatter(self, x: np.ndarray | Sequence[np.ndarray] | None, root: int = 0,
+                algorithm: str = "tree") -> np.ndarray:
+        """Rank i gets chunk i of the root's data: a list of p arrays (any shapes, one dtype), or an
+        array split along axis 0 like ``np.array_split(x, p)``. Non-roots' ``x`` is ignored."""
+        return collectives.scatter(self._collective_group, x, root, algorithm)
+
+    def gather(self, x: np.ndarray, root: int = 0, algorithm: str = "tree") -> np.ndarray | None:
+        """The ranks' ``x`` concatenated along axis 0 in rank order, at ``root``; None elsewhere.
+        Lengths along axis 0 may differ; the other dimensions and the dtype must agree."""
+        return collectives.gather(self._collective_group, x, root, algorithm)
+
+    def all_gather(self, x: np.ndarray, algorithm: str = "ring") -> np.ndarray:
+        """:meth:`gather` with the result on every rank."""
+        return collectives.all_gather(self._collective_group, x, algorithm)
+
+    def reduce_scatter(self, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+        """Reduce the ranks' ``x`` (same shape), split along axis 0 like ``np.array_split``; rank i gets part i."""
+        return collectives.reduce_scatter(self._collective_group, x, op, algorithm)
+
+    def all_reduce(self, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+        """``op`` over the ranks' ``x`` (same shape and dtype everywhere), on every rank."""
+        return collectives.all_reduce(self._collective_group, x, op, algorithm)
