@@ -120,6 +120,12 @@ def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:
     merge_submission(work / "gradebook.db", root / "gradebook.db", lab, student)
 
 
+def progress_bar(done: int, total: int, width: int = 20) -> str:
+    """``|#########-----------|`` for ``done`` of ``total``."""
+    filled = round(width * done / total) if total else width
+    return "|" + "#" * filled + "-" * (width - filled) + "|"
+
+
 def fingerprint(lab: str, notebook: Path) -> str:
     """Changes when the submission or the lab's source (its tests) changes."""
     digest = hashlib.sha256(notebook.read_bytes())
@@ -179,7 +185,7 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, workers: in
             if outcome.flags:
                 result.flags[student] = "; ".join(outcome.flags)
             manifest.record(lab, student, prints[student])
-            progress(f"[{done}/{len(todo)}] {student}: {outcome.problem or 'graded'}")
+            progress(f"{progress_bar(done, len(todo))} [{done}/{len(todo)}] {student}: {outcome.problem or 'graded'}")
     shutil.rmtree(root / "work", ignore_errors=True)
     remove_empty_cgroups()
     return result
