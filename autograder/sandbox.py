@@ -54,6 +54,8 @@ def bwrap_command(kernel: list[str], workdir: Path, connection_file: Path, hidde
         "--unsetenv", "JPY_PARENT_PID",  # the parent's PID means nothing in the new PID namespace
         "--setenv", "HOME", "/tmp", "--setenv", "NUMBA_CACHE_DIR", "/tmp/numba",
         "--setenv", "MPLCONFIGDIR", "/tmp/matplotlib",
+        # one BLAS thread per process: graded notebooks share the cores and the process limit
+        "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1",
     ]
     return command + kernel
 
