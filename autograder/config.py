@@ -83,6 +83,9 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     ]
     c.Execute.kernel_name = GRADING_KERNEL
     c.Execute.timeout = CELL_TIMEOUT_S
+    # nbclient waits this long for a cell's output after its reply; on a loaded grader 4 s (the default)
+    # fails whole notebooks. The output must not be skipped: a test's failure arrives as output.
+    c.Execute.iopub_timeout = 30
     c.KernelManager.transport = "ipc"  # Unix sockets: the sandboxed kernel has no network at all
     # The feedback a student reads must not show hidden tests: neither their source (nbgrader
     # restores it into the autograded copy) nor the traceback lines that quote it.
