@@ -38,7 +38,8 @@ class Sandbox(Configurable):
     bubblewrap = Bool(True, help="Run each kernel inside bubblewrap when the bwrap command exists.").tag(config=True)
     cpu_seconds = Int(600, help="CPU seconds one notebook may use in all.").tag(config=True)
     memory_mb = Int(4096, help="Address space of the kernel, MiB.").tag(config=True)
-    processes = Int(64, help="Processes and threads the kernel may have at once.").tag(config=True)
+    processes = Int(256, help="Processes and threads the kernel may have at once (Numba's CUDA simulator "
+                               "runs one thread per GPU thread of a block).").tag(config=True)
     file_mb = Int(256, help="Largest file the kernel may write, MiB.").tag(config=True)
     workers = Int(0, help="Notebooks graded at once; 0 means one per CPU core.").tag(config=True)
     hidden = List(Unicode(), help="More folders the kernel must not see.").tag(config=True)
