@@ -19,8 +19,16 @@ def hidden_lines(lab: str) -> set[str]:
         for cell in nbformat.read(path, as_version=4).cells:
             for region in HIDDEN_REGION.findall(cell.source):
                 lines |= {line.strip() for line in region.splitlines()
-                          if len(line.strip()) > 25 and json.dumps(line.strip())[1:-1] not in released}
+                          if len(line.strip()) > 25 and json.dumps(line.strip())[1:-1] not in released
+                          and not _is_visible_signature(line.strip(), released)}
     return lines
+
+
+def _is_visible_signature(line: str, released: str) -> bool:
+    """``f(a, b)`` where the release defines ``def f(``: a traceback of a visible test prints exactly
+    that as the frame of ``f``, so seeing it in feedback reveals nothing hidden."""
+    call = re.fullmatch(r"(\w+)\(([\w, ]*)\)", line)
+    return bool(call) and f"def {call[1]}(" in released
 
 
 def leaked_lines(feedback_html: str, lab: str) -> list[str]:
