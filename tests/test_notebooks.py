@@ -16,6 +16,7 @@ FIGURES = {
     "lec01_tensors": ["lec01_traversal.png", "lec01_matmul_gflops.png", "lec01_roofline.png"],
     "lec02_autodiff": ["lec02_graph.png", "lec02_optimizers.png", "lec02_modes.png"],
     "lec03_graph_opt": ["lec03_fusion.png", "lec03_discovery.png", "lec03_search.png"],
+    "lec04_memory": ["lec04_lifetimes.png", "lec04_checkpointing.png", "lec04_zero.png"],
     "lec05_precision": ["lec05_formats.png", "lec05_quant_error.png", "lec05_mixed_precision.png"],
     "lec06_gpu": ["lec06_tiling.png", "lec06_roofline.png", "lec06_attention.png"],
     "lec07_collectives": ["lec07_alpha_beta.png", "lec07_bandwidth.png", "lec07_bytes.png"],

@@ -1,0 +1,49 @@
+"""The lifetime chart of a memory plan: each tensor a rectangle of time (steps) × address (bytes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
+
+from .liveness import Interval, live_bytes, lower_bound
+from .planning import MemoryPlan
+
+KIND_COLORS = {"input": "tab:gray", "parameter": "tab:green", "activation": "tab:blue", "gradient": "tab:orange"}
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+def plot_lifetimes(plan: MemoryPlan, intervals: Iterable[Interval], kinds: Mapping[str, str] | None = None,
+                   ax: plt.Axes | None = None, unit: str = "MiB", title: str | None = None) -> plt.Axes:
+    """Draw each tensor as the rectangle [start, end + 1) × [offset, offset + size), colored by its kind
+    (``kinds``, e.g. ``graph.kinds``; all "activation" if None), the arena and the lower bound as
+    horizontal lines and the live bytes of each step as a staircase. Returns the Axes."""
+    if unit not in UNITS:
+        raise ValueError(f"unknown unit {unit!r}, expected one of {list(UNITS)}")
+    intervals, kinds, scale = list(intervals), kinds or {}, UNITS[unit]
+    ax = ax if ax is not None else plt.gca()
+    for iv in intervals:
+        color = KIND_COLORS.get(kinds.get(iv.name, "activation"), "tab:blue")
+        ax.add_patch(Rectangle((iv.start, plan.offsets[iv.name] / scale), iv.end + 1 - iv.start, iv.size / scale,
+                               facecolor=color, edgecolor="black", linewidth=0.2, alpha=0.8))
+    live = live_bytes(intervals) / scale
+    ax.stairs(live, np.arange(live.size + 1), color="black", linewidth=1)
+    bound = lower_bound(intervals)
+    ax.axhline(plan.arena / scale, color="red", linestyle="--")
+    ax.axhline(bound / scale, color="black", linestyle=":")
+    handles = [Patch(color=KIND_COLORS.get(kind, "tab:blue"), label=kind)
+               for kind in sorted({kinds.get(iv.name, "activation") for iv in intervals})]
+    handles += [Line2D([], [], color="black", label="live bytes"),
+                Line2D([], [], color="red", linestyle="--", label=f"arena {plan.arena / scale:.3g} {unit}"),
+                Line2D([], [], color="black", linestyle=":", label=f"lower bound {bound / scale:.3g} {unit}")]
+    ax.set_xlim(0, max((iv.end + 1 for iv in intervals), default=1))
+    ax.set_ylim(0, max(plan.arena, bound, 1) / scale * 1.05)
+    ax.set_xlabel("step (position of the op in the execution order)")
+    ax.set_ylabel(f"address ({unit})")
+    if title:
+        ax.set_title(title)
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
