@@ -25,6 +25,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from . import kernel_guard
+
 SETTINGS_ENV = "MLSYS_SANDBOX"
 NOBODY = "65534"
 
@@ -122,7 +124,8 @@ def main(argv: list[str]) -> None:
     """``python -m autograder.sandbox CONNECTION_FILE``: become the sandboxed kernel."""
     (connection_file,) = argv
     settings = json.loads(os.environ.get(SETTINGS_ENV, "{}"))
-    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+    kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file,
+              f"--IPKernelApp.exec_lines={kernel_guard.EXEC_LINE}"]
     if settings.get("processes"):
         join_pids_cgroup(settings["processes"])
     if settings:

@@ -36,7 +36,6 @@ class Case:
     full: bool = False
     loses: list[str] = field(default_factory=list)
     zero_because: str | None = None
-    or_zero_because: str | None = None  # a 0 with this reason is an acceptable outcome too
     flagged: str | None = None
     flag_optional: bool = False  # the kernel may or may not die: a "stopped the kernel" flag is fine
     needs_sandbox: bool = False
@@ -106,10 +105,10 @@ CASES = [
     Case("infinite_loop", "a cell that never ends: interrupted at the cell timeout, the rest runs",
          insert_after("compact_strides", "while True:\n    pass\n"), full=True),
     Case("memory_bomb", "allocates up to the memory limit and keeps it (the traceback holds the frame): "
-         "MemoryError; a kernel starved of memory may die or stall later: then 0 with the reason",
+         "MemoryError in that cell only: the grader's kernel frees it, so the later cells run and score",
          insert_after("compact_strides", "def hog():\n    blocks = []\n    while True:\n"
                                          "        blocks.append(bytearray(2**27))\n\nhog()\n"),
-         full=True, flag_optional=True, or_zero_because="autograde failed"),
+         full=True, flag_optional=True),
     Case("fork_bomb", "forks until it cannot and keeps the processes: the limit stops it; later cells may "
          "fail for want of processes, the grader goes on", insert_after(
              "compact_strides", "import os, time\nfor _ in range(100000):\n    if os.fork() == 0:\n"

@@ -1,0 +1,46 @@
+"""Runs inside the grading kernel: a cell that exhausts memory must not starve the cells after it.
+
+A cell that allocates until ``MemoryError`` (the sandbox caps the address space) leaves that memory
+held by its traceback: IPython keeps the last exception (``sys.last_value``, the last execution
+result, its traceback formatter), and the exception's frames keep every local. The next cells then
+cannot allocate either and the kernel stalls until the grader's cell timeout (minutes per student).
+After such a cell this hook drops those references and collects, so the failing cell scores what it
+scores and the rest of the notebook is graded normally.
+
+The sandbox launcher starts the kernel with ``install`` as an ``exec_line``; it leaves no name in
+the student's namespace.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+
+def release_memory_after_memory_error(result) -> None:
+    """IPython ``post_run_cell`` callback: forget the exception of a cell that ran out of memory."""
+    if not isinstance(result.error_in_exec, MemoryError):
+        return
+    result.error_in_exec = None
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    shell = _shell()
+    if shell is not None and hasattr(shell.InteractiveTB, "tb"):
+        shell.InteractiveTB.tb = None
+    gc.collect()
+
+
+def _shell():
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+def install() -> None:
+    """Register the hook with the running IPython kernel."""
+    _shell().events.register("post_run_cell", release_memory_after_memory_error)
+
+
+#: The kernel's ``exec_lines`` entry that installs the hook without binding a name.
+EXEC_LINE = "__import__('autograder.kernel_guard').kernel_guard.install()"
