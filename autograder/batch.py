@@ -1,10 +1,14 @@
-"""Grade a class at once: each submission in its own worker process, sandbox and course root.
+"""Grade a class at once: chunks of submissions in worker processes, each kernel in its own sandbox.
 
-A worker copies the course gradebook (which holds the lab's source cells and points), collects one
-submission, runs nbgrader's autograde (kernel sandboxed) and feedback in a private root under
-``<course>/work/<student>``, and the main process, the only writer of the course gradebook, merges
-the result. A manifest of what was graded (the submission's and the lab's fingerprints) makes a
-re-run skip the unchanged, so re-running after an interruption loses nothing and repeats nothing.
+A worker takes a chunk of students, copies the course gradebook (which holds the lab's source cells
+and points) into a private root under ``<course>/work/``, collects the chunk and runs nbgrader's
+autograde (each notebook in its own sandboxed kernel, which sees only that student's folder) and
+feedback once for the whole chunk: nbgrader's start-up is paid per chunk, not per student. A student
+nbgrader could not grade in the chunk (a cell that killed the kernel, say) is graded again alone,
+skipping the cells that killed the kernel. The main process, the only writer of the course
+gradebook, merges each result. A manifest of what was graded (the submission's and the lab's
+fingerprints) makes a re-run skip the unchanged, so re-running after an interruption loses nothing
+and repeats nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -40,6 +45,7 @@ class Outcome:
     student: str
     problem: str | None = None
     flags: list[str] = field(default_factory=list)
+    work: Path | None = None  # the private course root holding the graded submission
 
 
 @dataclass
@@ -82,9 +88,7 @@ def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: P
     (a folder under ``course_root``, whose gradebook it copies and which its kernel cannot see)."""
     from .course import collect  # the worker process imports what it needs
 
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    shutil.copyfile(course_root / "gradebook.db", work / "gradebook.db")
+    private_root(course_root, work)
     try:
         flags = collect(lab, student, notebook, work)
     except UnreadableSubmission as error:
@@ -107,7 +111,49 @@ def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: P
     result = run_converter(GenerateFeedback, lab, student, root=work)
     if not result["success"]:
         return Outcome(student, "feedback failed: " + _last_line(result), flags)
-    return Outcome(student, None, flags)
+    return Outcome(student, None, flags, work)
+
+
+def private_root(course_root: Path, work: Path) -> None:
+    """An empty course root at ``work`` with a copy of the course gradebook."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    shutil.copyfile(course_root / "gradebook.db", work / "gradebook.db")
+
+
+def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: Path) -> list[Outcome]:
+    """Worker: autograde and give feedback on several submissions with one nbgrader run of each.
+
+    Every notebook still runs in its own sandboxed kernel. Students nbgrader could not grade here
+    are graded again alone by :func:`grade_one` (which can skip a cell that killed the kernel).
+    """
+    from .course import collect
+
+    private_root(course_root, work)
+    outcomes, collected = {}, {}
+    for student, notebook in notebooks.items():
+        try:
+            collected[student] = collect(lab, student, notebook, work)
+        except UnreadableSubmission as error:
+            outcomes[student] = Outcome(student, str(error))
+    if collected:
+        os.environ.pop(KILLER_ENV, None)
+        run_converter(Autograde, lab, "*", root=work, sandboxed=True, hidden=(course_root,))
+        run_converter(GenerateFeedback, lab, "*", root=work)
+    for student, flags in collected.items():
+        if (work / "feedback" / student / lab / f"{lab}.html").exists():
+            outcomes[student] = Outcome(student, None, flags, work)
+        else:
+            outcomes[student] = grade_one(lab, student, notebooks[student], course_root, work / "alone" / student)
+    return [outcomes[student] for student in notebooks]
+
+
+def chunks(students: list[str], workers: int, most: int) -> list[list[str]]:
+    """``students`` in consecutive chunks of at most ``most``, as many as a multiple of ``workers``
+    allows, so that the workers finish together."""
+    count = workers * math.ceil(len(students) / (workers * most)) if students else 0
+    bounds = [round(i * len(students) / count) for i in range(count + 1)] if count else [0]
+    return [students[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:
@@ -151,13 +197,15 @@ class Manifest:
         os.replace(partial, self.path)
 
 
-def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, workers: int = 0, force: bool = False,
-                progress: Callable[[str], None] = print) -> BatchResult:
+def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, workers: int = 0, chunk_size: int = 1,
+                force: bool = False, progress: Callable[[str], None] = print) -> BatchResult:
     """Grade every ``student -> notebook`` not graded before (unchanged ones are skipped).
 
     ``workers`` processes at once (0: one per CPU core). Students whose submission and lab are
     unchanged since they were last graded are skipped unless ``force``.
     """
+    if workers < 0 or chunk_size < 1:
+        raise ValueError(f"workers must be >= 0 and chunk_size >= 1, got {workers} and {chunk_size}")
     manifest = Manifest(root)
     prints = {student: fingerprint(lab, path) for student, path in notebooks.items()}
     todo = {s: p for s, p in notebooks.items() if force or manifest.get(lab, s) != prints[s]}
@@ -168,24 +216,27 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, workers: in
     result = BatchResult()
     workers = workers or os.cpu_count() or 1
     context = multiprocessing.get_context("spawn")  # no inherited threads or open gradebook sessions
+    done = 0
     with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        running = {pool.submit(grade_one, lab, s, p, root, root / "work" / s): s
-                   for s, p in sorted(todo.items())}
-        for done, future in enumerate(futures.as_completed(running), start=1):
-            student = running[future]
+        running = {pool.submit(grade_chunk, lab, {s: todo[s] for s in chunk}, root, root / "work" / f"chunk{i}"): chunk
+                   for i, chunk in enumerate(chunks(sorted(todo), workers, chunk_size))}
+        for future in futures.as_completed(running):
             try:
-                outcome = future.result()
-            except Exception as error:  # a crashed worker costs that student a reason, not the batch
-                outcome = Outcome(student, f"grader error: {type(error).__name__}: {error}")
-            if outcome.problem is None:
-                merge_outcome(lab, student, root / "work" / student, root)
-                result.graded.add(student)
-            else:
-                result.problems[student] = outcome.problem
-            if outcome.flags:
-                result.flags[student] = "; ".join(outcome.flags)
-            manifest.record(lab, student, prints[student])
-            progress(f"{progress_bar(done, len(todo))} [{done}/{len(todo)}] {student}: {outcome.problem or 'graded'}")
+                outcomes = future.result()
+            except Exception as error:  # a crashed worker costs its students a reason, not the batch
+                outcomes = [Outcome(s, f"grader error: {type(error).__name__}: {error}") for s in running[future]]
+            for outcome in outcomes:
+                student, done = outcome.student, done + 1
+                if outcome.problem is None:
+                    merge_outcome(lab, student, outcome.work, root)
+                    result.graded.add(student)
+                else:
+                    result.problems[student] = outcome.problem
+                if outcome.flags:
+                    result.flags[student] = "; ".join(outcome.flags)
+                manifest.record(lab, student, prints[student])
+                progress(f"{progress_bar(done, len(todo))} [{done}/{len(todo)}] {student}: "
+                         f"{outcome.problem or 'graded'}")
     shutil.rmtree(root / "work", ignore_errors=True)
     remove_empty_cgroups()
     return result

@@ -30,7 +30,7 @@ def _cmd_check(args) -> int:
 
 def _cmd_grade(args) -> int:
     results = course.grade(args.lab, Path(args.submissions), root=args.course_dir, workers=args.workers,
-                           force=args.force)
+                           chunk_size=args.chunk_size, force=args.force)
     root = Path(args.course_dir or course_dir())
     print(format_table(results))
     print(f"\ngrades: {root / 'grades.csv'}\nfeedback: {root / 'feedback'}\n"
@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("submissions", help="folder of <student>/<lab>.ipynb, or an LMS zip")
     p.add_argument("--course-dir", type=Path, default=None, help="live course folder (default .course/)")
     p.add_argument("--workers", type=int, default=None, help="notebooks graded at once (default: c.Sandbox.workers)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="students per nbgrader run of a worker (default: c.Sandbox.chunk_size)")
     p.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
     p.set_defaults(run=_cmd_grade)
     p = sub.add_parser("samples", help="write the lab's sample submissions into DEST")

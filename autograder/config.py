@@ -42,6 +42,8 @@ class Sandbox(Configurable):
                                "runs one thread per GPU thread of a block).").tag(config=True)
     file_mb = Int(256, help="Largest file the kernel may write, MiB.").tag(config=True)
     workers = Int(0, help="Notebooks graded at once; 0 means one per CPU core.").tag(config=True)
+    chunk_size = Int(8, help="Most students a worker grades with one nbgrader run (nbgrader's start-up is "
+                             "paid per chunk); 1 grades each alone.").tag(config=True)
     hidden = List(Unicode(), help="More folders the kernel must not see.").tag(config=True)
 
 

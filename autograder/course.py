@@ -106,7 +106,7 @@ def prepare_gradebook(lab: str, root: Path) -> None:
 
 
 def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int | None = None,
-          force: bool = False, log=print) -> list[StudentResult]:
+          chunk_size: int | None = None, force: bool = False, log=print) -> list[StudentResult]:
     """Collect, autograde and give feedback on every submission of ``lab``; write the reports.
 
     Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.batch`).
@@ -117,14 +117,15 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
     root = Path(root or course_dir())
     root.mkdir(parents=True, exist_ok=True)
     prepare_gradebook(lab, root)
-    config = load_config(root)
-    if Sandbox(config=config).bubblewrap and not shutil.which("bwrap"):
+    settings = Sandbox(config=load_config(root))
+    if settings.bubblewrap and not shutil.which("bwrap"):
         log("warning: bubblewrap (bwrap) is not installed: notebooks run with resource limits only, "
             "able to read this machine's files and use the network")
     with tempfile.TemporaryDirectory() as unpack:
         found = find_submissions(Path(submissions), lab, Path(unpack))
         batch = grade_batch(lab, found.notebooks, root, force=force, progress=log,
-                            workers=Sandbox(config=config).workers if workers is None else workers)
+                            workers=settings.workers if workers is None else workers,
+                            chunk_size=settings.chunk_size if chunk_size is None else chunk_size)
     problems = {**batch.problems, **found.problems}
     record_notes(root, "problems", lab, problems, replaced=batch.graded)
     record_notes(root, "flags", lab, batch.flags, replaced=batch.graded | set(batch.problems))

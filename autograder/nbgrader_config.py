@@ -11,6 +11,7 @@ and the course tool (``mlsys course ...``) always does. Change settings below th
     c.Sandbox.cpu_seconds = 900      # CPU time of one graded notebook
     c.Sandbox.processes = 64         # processes and threads of one graded kernel
     c.Sandbox.workers = 4            # notebooks graded at once (0: one per CPU core)
+    c.Sandbox.chunk_size = 1         # students per nbgrader run of a worker (progress after each)
     c.Sandbox.bubblewrap = False     # resource limits only, no isolation
 """
 

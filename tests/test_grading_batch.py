@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from autograder import samples
+from autograder.batch import chunks
 from autograder.paths import REPO
 from autograder.report import StudentResult, exercise_summary
 
@@ -32,7 +33,7 @@ def test_killed_grader_loses_nothing_and_rerun_is_idempotent(tmp_path):
             path.unlink()
         (subs / student).rmdir()
 
-    first = _grade(subs, root, "--workers", "1")
+    first = _grade(subs, root, "--workers", "1", "--chunk-size", "1")
     for line in first.stdout:
         if "[1/4]" in line:
             os.killpg(first.pid, signal.SIGKILL)  # the grader and its workers and kernels, mid-batch
@@ -74,3 +75,14 @@ def test_exercise_summary_orders_by_failure_rate():
     name, mean, top, failing = rows[0]
     assert (mean, top) == (2 / 3, 2) and failing == pytest.approx(2 / 3)
     assert rows[1][3] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("students, workers, most", [(40, 2, 8), (7, 2, 8), (1, 4, 8), (0, 2, 8), (9, 3, 1), (17, 1, 5)])
+def test_chunks_cover_everyone_in_order_and_keep_workers_even(students, workers, most):
+    names = [f"s{i:02d}" for i in range(students)]
+    parts = chunks(names, workers, most)
+    assert [name for part in parts for name in part] == names
+    assert all(0 < len(part) <= most for part in parts)
+    assert max(map(len, parts), default=0) - min(map(len, parts), default=0) <= 1
+    if students >= workers * most:  # enough for every worker: a whole number of rounds
+        assert len(parts) % workers == 0
