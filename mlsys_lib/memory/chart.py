@@ -1,13 +1,15 @@
-"""The lifetime chart of a memory plan: each tensor a rectangle of time (steps) × address (bytes)."""
+"""The lifetime chart of a memory plan: each tensor a rectangle of time (steps) × address (bytes).
+
+matplotlib is imported when a chart is drawn, not with ``mlsys_lib.memory``: processes that only
+plan or count (the ranks of a parallel launch, say) do not pay for it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
 
 from .liveness import Interval, live_bytes, lower_bound
 from .planning import MemoryPlan
@@ -15,14 +17,21 @@ from .planning import MemoryPlan
 KIND_COLORS = {"input": "tab:gray", "parameter": "tab:green", "activation": "tab:blue", "gradient": "tab:orange"}
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
 
 def plot_lifetimes(plan: MemoryPlan, intervals: Iterable[Interval], kinds: Mapping[str, str] | None = None,
-                   ax: plt.Axes | None = None, unit: str = "MiB", title: str | None = None) -> plt.Axes:
+                   ax: Axes | None = None, unit: str = "MiB", title: str | None = None) -> Axes:
     """Draw each tensor as the rectangle [start, end + 1) × [offset, offset + size), colored by its kind
     (``kinds``, e.g. ``graph.kinds``; all "activation" if None), the arena and the lower bound as
     horizontal lines and the live bytes of each step as a staircase. Returns the Axes."""
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}, expected one of {list(UNITS)}")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+
     intervals, kinds, scale = list(intervals), kinds or {}, UNITS[unit]
     ax = ax if ax is not None else plt.gca()
     for iv in intervals:
