@@ -20,6 +20,7 @@ FIGURES = {
     "lec05_precision": ["lec05_formats.png", "lec05_quant_error.png", "lec05_mixed_precision.png"],
     "lec06_gpu": ["lec06_tiling.png", "lec06_roofline.png", "lec06_attention.png"],
     "lec07_collectives": ["lec07_alpha_beta.png", "lec07_bandwidth.png", "lec07_bytes.png"],
+    "lec08_parallelism": ["lec08_schedules.png", "lec08_bubble.png", "lec08_memory.png", "lec08_tradeoff.png"],
 }
 
 
