@@ -172,12 +172,17 @@ def progress_bar(done: int, total: int, width: int = 20) -> str:
     return "|" + "#" * filled + "-" * (width - filled) + "|"
 
 
-def fingerprint(lab: str, notebook: Path) -> str:
-    """Changes when the submission or the lab's source (its tests) changes."""
-    digest = hashlib.sha256(notebook.read_bytes())
+def source_fingerprint(lab: str) -> str:
+    """Changes when the lab's source notebooks (its cells, tests and points) change."""
+    digest = hashlib.sha256()
     for source in sorted((SOLUTIONS / lab).glob("*.ipynb")):
         digest.update(source.read_bytes())
     return digest.hexdigest()
+
+
+def fingerprint(lab: str, notebook: Path) -> str:
+    """Changes when the submission or the lab's source (its tests) changes."""
+    return hashlib.sha256(notebook.read_bytes() + source_fingerprint(lab).encode()).hexdigest()
 
 
 class Manifest:

@@ -13,7 +13,7 @@ import nbformat
 from nbgrader.converters import GenerateAssignment
 
 from . import samples
-from .batch import grade_batch
+from .batch import grade_batch, source_fingerprint
 from .config import Sandbox, load_config
 from .nbgrader_run import require_success, run_converter, validate
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
@@ -100,9 +100,17 @@ def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
 
 
 def prepare_gradebook(lab: str, root: Path) -> None:
-    """Record the lab's source cells and points in the gradebook (a private release copy)."""
+    """Record the lab's source cells and points in the gradebook (a private release copy).
+
+    Skipped when the gradebook already holds the lab as its source now stands.
+    """
+    stamp = root / "release" / lab / "source.sha256"
+    digest = source_fingerprint(lab)
+    if (root / "gradebook.db").exists() and stamp.exists() and stamp.read_text() == digest:
+        return
     require_success(run_converter(GenerateAssignment, lab, ".", root=root, release_dir=root / "release"),
                     f"nbgrader generate_assignment {lab}")
+    stamp.write_text(digest)
 
 
 def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int | None = None,

@@ -86,3 +86,18 @@ def test_chunks_cover_everyone_in_order_and_keep_workers_even(students, workers,
     assert max(map(len, parts), default=0) - min(map(len, parts), default=0) <= 1
     if students >= workers * most:  # enough for every worker: a whole number of rounds
         assert len(parts) % workers == 0
+
+
+def test_gradebook_is_prepared_again_only_when_the_lab_source_changed(tmp_path, monkeypatch):
+    from autograder import course
+
+    course.prepare_gradebook(LAB, tmp_path)
+    calls = []
+    real = course.run_converter
+    monkeypatch.setattr(course, "run_converter", lambda *a, **k: calls.append(a) or real(*a, **k))
+    course.prepare_gradebook(LAB, tmp_path)
+    assert calls == [], "an up-to-date gradebook was generated again"
+    monkeypatch.setattr(course, "source_fingerprint", lambda lab: "edited")
+    course.prepare_gradebook(LAB, tmp_path)
+    assert len(calls) == 1, "a changed lab source must be recorded in the gradebook again"
+    assert (tmp_path / "release" / LAB / "source.sha256").read_text() == "edited"
