@@ -149,11 +149,15 @@ def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: P
 
 
 def chunks(students: list[str], workers: int, most: int) -> list[list[str]]:
-    """``students`` in consecutive chunks of at most ``most``, as many as a multiple of ``workers``
-    allows, so that the workers finish together."""
-    count = workers * math.ceil(len(students) / (workers * most)) if students else 0
-    bounds = [round(i * len(students) / count) for i in range(count + 1)] if count else [0]
-    return [students[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    """``students`` in consecutive chunks of at most ``most`` that shrink toward the end (each takes
+    a ``2 * workers``-th of those left, at least two), so that the workers finish together: big
+    chunks pay nbgrader's start-up rarely, small last ones leave no worker idle for long."""
+    parts, rest = [], list(students)
+    while rest:
+        size = min(most, max(2, math.ceil(len(rest) / (2 * workers))))
+        parts.append(rest[:size])
+        rest = rest[size:]
+    return parts
 
 
 def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:

@@ -78,14 +78,16 @@ def test_exercise_summary_orders_by_failure_rate():
 
 
 @pytest.mark.parametrize("students, workers, most", [(40, 2, 8), (7, 2, 8), (1, 4, 8), (0, 2, 8), (9, 3, 1), (17, 1, 5)])
-def test_chunks_cover_everyone_in_order_and_keep_workers_even(students, workers, most):
+def test_chunks_cover_everyone_in_order_and_shrink_toward_the_end(students, workers, most):
     names = [f"s{i:02d}" for i in range(students)]
     parts = chunks(names, workers, most)
     assert [name for part in parts for name in part] == names
     assert all(0 < len(part) <= most for part in parts)
-    assert max(map(len, parts), default=0) - min(map(len, parts), default=0) <= 1
-    if students >= workers * most:  # enough for every worker: a whole number of rounds
-        assert len(parts) % workers == 0
+    sizes = [len(part) for part in parts]
+    assert sizes == sorted(sizes, reverse=True), sizes
+    assert not parts or sizes[-1] <= 2, "a big last chunk leaves the other workers idle"
+    if students >= 2 * workers * most >= 4 * workers:  # a big class: start-up paid rarely
+        assert sizes[0] == most and len(parts) <= students / 2
 
 
 def test_gradebook_is_prepared_again_only_when_the_lab_source_changed(tmp_path, monkeypatch):
