@@ -1,10 +1,11 @@
 """Runs inside the grading kernel: a cell that exhausts memory must not starve the cells after it.
 
 A cell that allocates until ``MemoryError`` (the sandbox caps the address space) leaves that memory
-held by its traceback: IPython keeps the last exception (``sys.last_value``, the last execution
-result, its traceback formatter), and the exception's frames keep every local. The next cells then
+held by its traceback: IPython keeps the last exception and its traceback (``sys.last_value``,
+``sys.last_traceback``, the last execution result, its traceback formatter), and the traceback's
+frames keep every local. The next cells then
 cannot allocate either and the kernel stalls until the grader's cell timeout (minutes per student).
-After such a cell this hook drops those references and collects, so the failing cell scores what it
+After such a cell this hook drops the tracebacks and collects, so the failing cell scores what it
 scores and the rest of the notebook is graded normally.
 
 The sandbox launcher starts the kernel with ``install`` as an ``exec_line``; it leaves no name in
@@ -18,15 +19,20 @@ import sys
 
 
 def release_memory_after_memory_error(result) -> None:
-    """IPython ``post_run_cell`` callback: forget the exception of a cell that ran out of memory."""
-    if not isinstance(result.error_in_exec, MemoryError):
+    """IPython ``post_run_cell`` callback: drop the frames of a cell that ran out of memory.
+
+    The exception itself stays (the cell still failed, its reply still says so); only the tracebacks,
+    which hold the frames and so their locals, go.
+    """
+    error = result.error_in_exec
+    if not isinstance(error, MemoryError):
         return
-    result.error_in_exec = None
-    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, name):
-            setattr(sys, name, None)
+    while error is not None:  # the exception and those it was raised from or during
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
+    sys.last_traceback = None
     shell = _shell()
-    if shell is not None and hasattr(shell.InteractiveTB, "tb"):
+    if hasattr(shell.InteractiveTB, "tb"):
         shell.InteractiveTB.tb = None
     gc.collect()
 
