@@ -51,31 +51,8 @@ def draw_graph(graph: Graph) -> Figure:
     Columns are depths (longest path from an input or constant); outputs have a bold edge. Colors:
     inputs green, constants grey, ops blue, fused kernels orange.
     """
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+    from mlsys_lib.viz.dag import DagNode, draw_dag  # matplotlib only when drawing
 
-    depth: dict[str, int] = {}
-    columns: dict[int, list[str]] = {}
-    for node in graph:
-        depth[node.name] = 1 + max((depth[i] for i in node.inputs), default=-1)
-        columns.setdefault(depth[node.name], []).append(node.name)
-    position = {name: (d, i - (len(column) - 1) / 2) for d, column in columns.items() for i, name in enumerate(column)}
-
-    height = max(len(column) for column in columns.values())
-    figure = Figure(figsize=(max(4.0, 1.8 * len(columns)), max(3.0, 0.9 * height)))
-    ax = figure.add_subplot()
-    for node in graph:
-        for i in node.inputs:
-            ax.annotate("", xy=position[node.name], xytext=position[i],
-                        arrowprops=dict(arrowstyle="->", color="grey", shrinkA=16, shrinkB=16))
-    for node in graph:
-        kind = node.op if node.op in COLORS else "op"
-        ax.text(*position[node.name], f"{node.name}\n{node.op} {list(node.shape)}", ha="center", va="center",
-                fontsize=7, bbox=dict(boxstyle="round", facecolor=COLORS[kind], edgecolor="black",
-                                      linewidth=2.0 if node.name in graph.outputs else 0.5))
-    ax.set_xlim(-0.7, len(columns) - 0.3)
-    ax.set_ylim(-height / 2 - 0.2, height / 2 + 0.2)
-    ax.axis("off")
-    ax.legend(handles=[Patch(facecolor=c, edgecolor="grey", label=k) for k, c in COLORS.items()],
-              loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(COLORS), fontsize=7, frameon=False)
-    return figure
+    return draw_dag([DagNode(node.name, node.inputs, f"{node.name}\n{node.op} {list(node.shape)}",
+                             node.op if node.op in COLORS else "op", bold=node.name in graph.outputs)
+                     for node in graph], COLORS)
