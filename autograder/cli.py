@@ -8,7 +8,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from . import course, samples
+from . import course, references, samples
 from .bundle import bundle
 from .lectures import render_lectures
 from .paths import course_dir, lab_names
@@ -41,6 +41,13 @@ def _cmd_grade(args) -> int:
 def _cmd_samples(args) -> int:
     for student in samples.build_samples(args.lab, Path(args.dest)):
         print(Path(args.dest) / student / f"{args.lab}.ipynb")
+    return 0
+
+
+def _cmd_references(args) -> int:
+    changes = references.update_manifests(args.labs or None)
+    for change in changes:
+        print(change)
     return 0
 
 
@@ -115,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("lab")
     p.add_argument("dest")
     p.set_defaults(run=_cmd_samples)
+    p = sub.add_parser("references", help="record which library functions each lab's tests guard, "
+                                          "into solutions/<lab>/references.txt")
+    p.add_argument("labs", nargs="*")
+    p.set_defaults(run=_cmd_references)
     p = sub.add_parser("bundle", help="the student zip: labs, environment.yml, the mlsys_lib wheel")
     p.add_argument("--out", default=None)
     p.set_defaults(run=_cmd_bundle)
