@@ -1,14 +1,17 @@
 """Grade a class at once: chunks of submissions in worker processes, each kernel in its own sandbox.
 
-A worker takes a chunk of students, copies the course gradebook (which holds the lab's source cells
-and points) into a private root under ``<course>/work/``, collects the chunk and runs nbgrader's
-autograde (each notebook in its own sandboxed kernel, which sees only that student's folder) and
-feedback once for the whole chunk: nbgrader's start-up is paid per chunk, not per student. A student
-nbgrader could not grade in the chunk (a cell that killed the kernel, say) is graded again alone,
-skipping the cells that killed the kernel. The main process, the only writer of the course
-gradebook, merges each result. A manifest of what was graded (the submission's and the lab's
-fingerprints) makes a re-run skip the unchanged, so re-running after an interruption loses nothing
-and repeats nothing.
+The main process reads each submission once, safely (no link followed, regular files only, bounded:
+:mod:`autograder.safe_fs`), into a private copy under ``<course>/work/incoming/``; nothing after that
+touches the instructor's download. A worker takes a chunk of students, copies the course gradebook
+(which holds the lab's source cells and points) into a private root under ``<course>/work/``,
+collects the chunk and runs nbgrader's autograde (each notebook in its own sandboxed kernel, which
+sees none of the grader's files: :mod:`autograder.sandbox`) and feedback once for the whole chunk:
+nbgrader's start-up is paid per chunk, not per student. A student nbgrader could not grade in the
+chunk (a cell that killed the kernel, say) is graded again alone, skipping the cells that killed the
+kernel. The main process, the only writer of the course gradebook, checks each result's folders
+(regular files only, bounded) and merges it. A manifest of what was graded (the submission's and
+the lab's fingerprints) makes a re-run skip the unchanged, so re-running after an interruption loses
+nothing and repeats nothing.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from typing import Callable
 import nbformat
 from nbgrader.converters import Autograde, GenerateFeedback
 
-from .execute import KILLER_ENV
+from .execute import KILLER_ENV, NOTES_ENV, read_notes
 from .merge import merge_submission
 from .nbgrader_run import run_converter
 from .paths import SOLUTIONS
+from .safe_fs import UnsafePath, check_tree, read_beneath
 from .sandbox import remove_empty_cgroups
 from .sanitize import UnreadableSubmission
 
@@ -59,6 +63,8 @@ class BatchResult:
 
 #: Cells that kill the kernel skipped one by one before a submission is given up (0, with the reason).
 MAX_KERNEL_DEATHS = 3
+#: Most bytes and files of one student's graded folders (autograded notebook, feedback page).
+MAX_RESULT_BYTES, MAX_RESULT_FILES = 64 * 2**20, 20
 
 
 def _last_line(result: dict) -> str:
@@ -83,9 +89,9 @@ def skip_killer_cell(submitted: Path, index: int) -> str | None:
     return f"cell {index} stopped the kernel and was skipped ({first})"
 
 
-def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: Path) -> Outcome:
+def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: Path, sandbox: dict) -> Outcome:
     """Worker: autograde and give feedback on one submission in the private course root ``work``
-    (a folder under ``course_root``, whose gradebook it copies and which its kernel cannot see)."""
+    (a folder under ``course_root``, whose gradebook it copies), its kernel in the ``sandbox``."""
     from .course import collect  # the worker process imports what it needs
 
     private_root(course_root, work)
@@ -95,10 +101,11 @@ def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: P
         return Outcome(student, str(error))
     killer = work / "killer_cell"
     os.environ[KILLER_ENV] = str(killer)
+    os.environ[NOTES_ENV] = str(work / "notes")
     submitted = work / "submitted" / student / lab / f"{lab}.ipynb"
     for _ in range(MAX_KERNEL_DEATHS + 1):
         killer.unlink(missing_ok=True)
-        result = run_converter(Autograde, lab, student, root=work, sandboxed=True, hidden=(course_root,))
+        result = run_converter(Autograde, lab, student, root=work, sandbox=sandbox)
         if result["success"] or not killer.exists():
             break
         skipped = skip_killer_cell(submitted, int(killer.read_text()))
@@ -106,6 +113,7 @@ def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: P
             return Outcome(student, f"autograde failed: the kernel died in test cell {killer.read_text()} "
                                     "(memory or processes exhausted by the notebook?)", flags)
         flags.append(skipped)
+    flags += read_notes(work / "notes", student)
     if not result["success"]:
         return Outcome(student, "autograde failed: " + _last_line(result), flags)
     result = run_converter(GenerateFeedback, lab, student, root=work)
@@ -121,11 +129,12 @@ def private_root(course_root: Path, work: Path) -> None:
     shutil.copyfile(course_root / "gradebook.db", work / "gradebook.db")
 
 
-def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: Path) -> list[Outcome]:
+def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: Path, sandbox: dict) -> list[Outcome]:
     """Worker: autograde and give feedback on several submissions with one nbgrader run of each.
 
-    Every notebook still runs in its own sandboxed kernel. Students nbgrader could not grade here
-    are graded again alone by :func:`grade_one` (which can skip a cell that killed the kernel).
+    Every notebook still runs in its own sandboxed kernel (``sandbox``: the settings of
+    :func:`~autograder.config.sandbox_settings`). Students nbgrader could not grade here are graded
+    again alone by :func:`grade_one` (which can skip a cell that killed the kernel).
     """
     from .course import collect
 
@@ -138,13 +147,15 @@ def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: P
             outcomes[student] = Outcome(student, str(error))
     if collected:
         os.environ.pop(KILLER_ENV, None)
-        run_converter(Autograde, lab, "*", root=work, sandboxed=True, hidden=(course_root,))
+        os.environ[NOTES_ENV] = str(work / "notes")
+        run_converter(Autograde, lab, "*", root=work, sandbox=sandbox)
         run_converter(GenerateFeedback, lab, "*", root=work)
     for student, flags in collected.items():
         if (work / "feedback" / student / lab / f"{lab}.html").exists():
-            outcomes[student] = Outcome(student, None, flags, work)
+            outcomes[student] = Outcome(student, None, flags + read_notes(work / "notes", student), work)
         else:
-            outcomes[student] = grade_one(lab, student, notebooks[student], course_root, work / "alone" / student)
+            outcomes[student] = grade_one(lab, student, notebooks[student], course_root, work / "alone" / student,
+                                          sandbox)
     return [outcomes[student] for student in notebooks]
 
 
@@ -161,7 +172,15 @@ def chunks(students: list[str], workers: int, most: int) -> list[list[str]]:
 
 
 def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:
-    """Move one graded submission's folders and gradebook rows from ``work`` into the course ``root``."""
+    """Move one graded submission's folders and gradebook rows from ``work`` into the course ``root``.
+
+    Raises :class:`~autograder.safe_fs.UnsafePath` (nothing moved) if a folder holds anything but
+    regular files or is too big.
+    """
+    for step in STEPS:
+        problems = check_tree(work / step / student / lab, max_bytes=MAX_RESULT_BYTES, max_files=MAX_RESULT_FILES)
+        if problems:
+            raise UnsafePath(f"{step} folder refused: {'; '.join(problems)}")
     for step in STEPS:
         source, target = work / step / student / lab, root / step / student / lab
         shutil.rmtree(target, ignore_errors=True)
@@ -184,9 +203,9 @@ def source_fingerprint(lab: str) -> str:
     return digest.hexdigest()
 
 
-def fingerprint(lab: str, notebook: Path) -> str:
-    """Changes when the submission or the lab's source (its tests) changes."""
-    return hashlib.sha256(notebook.read_bytes() + source_fingerprint(lab).encode()).hexdigest()
+def fingerprint(lab: str, data: bytes) -> str:
+    """Changes when the submission (its bytes) or the lab's source (its tests) changes."""
+    return hashlib.sha256(data + source_fingerprint(lab).encode()).hexdigest()
 
 
 class Manifest:
@@ -206,28 +225,51 @@ class Manifest:
         os.replace(partial, self.path)
 
 
-def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, workers: int = 0, chunk_size: int = 1,
-                force: bool = False, progress: Callable[[str], None] = print) -> BatchResult:
-    """Grade every ``student -> notebook`` not graded before (unchanged ones are skipped).
+def take_in(notebooks: dict[str, Path], source: Path, folder: Path, limit: int) -> tuple[dict, dict, dict]:
+    """Read every submission under ``source`` safely into ``folder`` (a private copy, modification
+    time kept). Returns (student -> copy, student -> bytes' sha256, student -> why refused)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    copies, digests, refused = {}, {}, {}
+    for student, path in notebooks.items():
+        try:
+            read = read_beneath(source, path.relative_to(source), limit)
+        except UnsafePath as error:
+            refused[student] = f"submission refused: {error}"
+            continue
+        copy = folder / f"{student}.ipynb"
+        copy.write_bytes(read.data)
+        os.utime(copy, (read.mtime, read.mtime))
+        copies[student], digests[student] = copy, read.data
+    return copies, digests, refused
 
-    ``workers`` processes at once (0: one per CPU core). Students whose submission and lab are
-    unchanged since they were last graded are skipped unless ``force``.
+
+def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Path, sandbox: dict,
+                limit: int = 32 * 2**20, workers: int = 0, chunk_size: int = 1, force: bool = False,
+                progress: Callable[[str], None] = print) -> BatchResult:
+    """Grade every ``student -> notebook`` (a path under the folder ``source``) not graded before.
+
+    ``workers`` processes at once (0: one per CPU core), kernels in the ``sandbox`` (settings of
+    :func:`~autograder.config.sandbox_settings`). Students whose submission and lab are unchanged
+    since they were last graded are skipped unless ``force``. A submission that is a link, not a
+    regular file or over ``limit`` bytes is refused with the reason.
     """
     if workers < 0 or chunk_size < 1:
         raise ValueError(f"workers must be >= 0 and chunk_size >= 1, got {workers} and {chunk_size}")
-    manifest = Manifest(root)
-    prints = {student: fingerprint(lab, path) for student, path in notebooks.items()}
-    todo = {s: p for s, p in notebooks.items() if force or manifest.get(lab, s) != prints[s]}
-    skipped = len(notebooks) - len(todo)
-    if skipped:
-        progress(f"{skipped} submission(s) unchanged since last graded: skipped (force to regrade)")
     shutil.rmtree(root / "work", ignore_errors=True)  # leftovers of an interrupted run
     result = BatchResult()
+    copies, contents, result.problems = take_in(notebooks, source, root / "work" / "incoming", limit)
+    manifest = Manifest(root)
+    prints = {student: fingerprint(lab, data) for student, data in contents.items()}
+    todo = {s: p for s, p in copies.items() if force or manifest.get(lab, s) != prints[s]}
+    skipped = len(copies) - len(todo)
+    if skipped:
+        progress(f"{skipped} submission(s) unchanged since last graded: skipped (force to regrade)")
     workers = workers or os.cpu_count() or 1
     context = multiprocessing.get_context("spawn")  # no inherited threads or open gradebook sessions
     done = 0
     with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        running = {pool.submit(grade_chunk, lab, {s: todo[s] for s in chunk}, root, root / "work" / f"chunk{i}"): chunk
+        running = {pool.submit(grade_chunk, lab, {s: todo[s] for s in chunk}, root, root / "work" / f"chunk{i}",
+                               sandbox): chunk
                    for i, chunk in enumerate(chunks(sorted(todo), workers, chunk_size))}
         for future in futures.as_completed(running):
             try:
@@ -237,12 +279,15 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, workers: in
             for outcome in outcomes:
                 student, done = outcome.student, done + 1
                 if outcome.problem is None:
-                    merge_outcome(lab, student, outcome.work, root)
-                    result.graded.add(student)
+                    try:
+                        merge_outcome(lab, student, outcome.work, root)
+                        result.graded.add(student)
+                    except UnsafePath as error:
+                        result.problems[student] = f"graded result refused: {error}"
                 else:
                     result.problems[student] = outcome.problem
                 if outcome.flags:
-                    result.flags[student] = "; ".join(outcome.flags)
+                    result.flags[student] = "; ".join(dict.fromkeys(outcome.flags))
                 manifest.record(lab, student, prints[student])
                 progress(f"{progress_bar(done, len(todo))} [{done}/{len(todo)}] {student}: "
                          f"{outcome.problem or 'graded'}")

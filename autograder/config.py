@@ -8,6 +8,8 @@ tool (:func:`load_config`), so the two never disagree. ``$MLSYS_CONFIG`` names a
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import os
 import sys
@@ -18,6 +20,7 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
 from .paths import LABS, REPO, SOLUTIONS, course_dir
+from .samples import grade_cells
 
 #: Name of the kernel every graded notebook runs on, whatever kernel the student's file names.
 GRADING_KERNEL = "mlsys-grader"
@@ -33,27 +36,65 @@ TOOL_ENV = "MLSYS_COURSE_TOOL"
 
 
 class Sandbox(Configurable):
-    """How student notebooks run while graded; set in ``nbgrader_config.py`` as ``c.Sandbox.<name>``."""
+    """How student notebooks run while graded; set in ``nbgrader_config.py`` as ``c.Sandbox.<name>``.
+
+    What the sandbox shows and hides is in :mod:`autograder.sandbox` and the README's security section.
+    """
 
     bubblewrap = Bool(True, help="Run each kernel inside bubblewrap when the bwrap command exists.").tag(config=True)
     cpu_seconds = Int(600, help="CPU seconds one notebook may use in all.").tag(config=True)
+    wall_seconds = Int(900, help="Wall-clock seconds one notebook may take in all (kernel start included); "
+                                 "cells after that are not run and fail.").tag(config=True)
     memory_mb = Int(4096, help="Address space of the kernel, MiB.").tag(config=True)
     processes = Int(256, help="Processes and threads the kernel may have at once (Numba's CUDA simulator "
                                "runs one thread per GPU thread of a block).").tag(config=True)
     file_mb = Int(256, help="Largest file the kernel may write, MiB.").tag(config=True)
+    disk_mb = Int(512, help="All the kernel may write, MiB: the size of its private /tmp (its working "
+                            "folder) and of its /dev/shm, both in memory and gone when it ends.").tag(config=True)
+    output_kb = Int(4096, help="Output a notebook may produce while graded, KiB; the rest is dropped.").tag(config=True)
+    notebook_mb = Int(32, help="Largest submitted notebook accepted, MiB.").tag(config=True)
     workers = Int(0, help="Notebooks graded at once; 0 means one per CPU core.").tag(config=True)
     chunk_size = Int(8, help="Most students a worker grades with one nbgrader run (nbgrader's start-up is "
                              "paid per chunk); 1 grades each alone.").tag(config=True)
-    hidden = List(Unicode(), help="More folders the kernel must not see.").tag(config=True)
+    uid = Int(200000, help="When grading as root, each kernel runs as its own unprivileged user id, "
+                           "counted up from this one.").tag(config=True)
+    extra_paths = List(Unicode(), help="More folders or files the kernel may read (shown read-only at the "
+                                       "same path), e.g. a dataset.").tag(config=True)
+    environment = List(Unicode(), help="Names of environment variables passed into the kernel besides the "
+                                       "course's own (the kernel starts from an empty environment).").tag(config=True)
 
 
-def sandbox_settings(config: Config, root: Path, hidden: tuple[Path, ...] = ()) -> dict:
-    """The launcher's settings (see :mod:`autograder.sandbox`): limits and the folders to hide
-    (the course root ``root``, ``solutions/``, the git history, ``hidden`` and the configured ones)."""
+def sandbox_settings(config: Config, lab: str | None = None, edition: Path | None = None) -> dict:
+    """The kernel launcher's settings (see :mod:`autograder.sandbox`): the limits, and for ``lab`` the
+    digests of its graded test cells and the modules they import (the kernel guard pins those before
+    student code runs), and the grading edition of ``mlsys_lib`` to show instead of the repository's."""
     sandbox = Sandbox(config=config)
-    hidden = [str(p) for p in (root, SOLUTIONS, REPO / ".git", *hidden)] + list(sandbox.hidden)
-    return {"bubblewrap": sandbox.bubblewrap, "cpu_seconds": sandbox.cpu_seconds, "memory_mb": sandbox.memory_mb,
-            "processes": sandbox.processes, "file_mb": sandbox.file_mb, "hidden": hidden}
+    tests = grade_cells(lab) if lab else {}
+    return {
+        "bubblewrap": sandbox.bubblewrap, "cpu_seconds": sandbox.cpu_seconds, "wall_seconds": sandbox.wall_seconds,
+        "memory_mb": sandbox.memory_mb, "processes": sandbox.processes, "file_mb": sandbox.file_mb,
+        "disk_mb": sandbox.disk_mb, "output_kb": sandbox.output_kb, "uid": sandbox.uid,
+        "extra_paths": list(sandbox.extra_paths), "environment": list(sandbox.environment),
+        "test_cells": sorted(cell_digest(source) for source in tests.values()),
+        "pinned": sorted({name for source in tests.values() for name in imported_modules(source)}),
+        "edition": str(edition) if edition else None,
+    }
+
+
+def cell_digest(source: str) -> str:
+    """How the grader and its kernel guard name a cell's source without showing it."""
+    return hashlib.sha256(source.strip().encode()).hexdigest()
+
+
+def imported_modules(source: str) -> set[str]:
+    """The modules a cell imports (``import a.b as c`` -> ``a.b``; ``from a.b import c`` -> ``a.b``)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
 
 
 def paths_config(root: Path | None = None, release_dir: Path | None = None) -> Config:
@@ -76,10 +117,14 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     """The course's default nbgrader configuration, with the paths of :func:`paths_config`."""
     c = paths_config(root, release_dir)
     # Everything a student needs is in the notebook; do not copy stray files of the source folder.
-    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]
+    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
+                                "references.txt"]  # the lab's guarded references (autograder/references.py)
     c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
-    c.Autograde.autograde_preprocessors = [  # nbgrader's list, with an Execute that reports kernel deaths
-        "autograder.execute.ExecuteReportingDeaths", "nbgrader.preprocessors.IgnorePattern",
+    # nbgrader's list, with an Execute that reports kernel deaths, then the sanitizer that makes the
+    # autograded copy (rendered by Formgrader and JupyterLab) run nothing a student's code printed.
+    c.Autograde.autograde_preprocessors = [
+        "autograder.execute.SandboxedExecute", "autograder.feedback.SanitizeNotebook",
+        "nbgrader.preprocessors.IgnorePattern",
         "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
         "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
         "nbgrader.preprocessors.CheckCellMetadata",
@@ -90,14 +135,24 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     # fails whole notebooks. The output must not be skipped: a test's failure arrives as output.
     c.Execute.iopub_timeout = 30
     c.KernelManager.transport = "ipc"  # Unix sockets: the sandboxed kernel has no network at all
+    # A graded kernel that has not ended half this long after its shutdown request gets SIGTERM (the
+    # sandbox supervisor passes it on), the rest, SIGKILL. The default (5 s) made every kernel that
+    # lingers at exit cost 2.5 s (one in a few, when guarded), a notebook's worth of grading time.
+    c.KernelManager.shutdown_wait_time = 1.0
     # The feedback a student reads must not show hidden tests: neither their source (nbgrader
-    # restores it into the autograded copy) nor the traceback lines that quote it.
+    # restores it into the autograded copy; ClearHiddenTests removes it) nor anything the hidden tests
+    # made the student's code print, raise or keep (SafeFeedback: verdicts, redaction, sanitizing).
     c.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades",
-        "autograder.feedback.HideHiddenTestTracebacks",
+        "autograder.feedback.SafeFeedback",
         "nbgrader.preprocessors.ClearHiddenTests",
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
+    # A second layer wherever nbconvert renders HTML (feedback, Formgrader): its templates clean
+    # Markdown and HTML outputs and skip JavaScript and widgets. nbconvert's own cleaner (bleach)
+    # would escape headings and paragraphs, so the templates use the course's allow-list instead.
+    c.HTMLExporter.sanitize_html = True
+    c.HTMLExporter.filters = {"clean_html": "autograder.safe_html.clean_html"}
     return c
 
 

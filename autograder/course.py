@@ -14,10 +14,12 @@ from nbgrader.converters import GenerateAssignment
 
 from . import samples
 from .batch import grade_batch, source_fingerprint
-from .config import Sandbox, load_config
+from .config import Sandbox, load_config, sandbox_settings
+from .edition import build_edition
 from .nbgrader_run import require_success, run_converter, validate
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
 from .report import StudentResult, read_results, write_reports, write_summary
+from .sandbox import probe
 from .sanitize import demote_duplicate_cells, read_submission, tamper_flags
 from .submissions import find_submissions
 
@@ -125,14 +127,18 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
     root = Path(root or course_dir())
     root.mkdir(parents=True, exist_ok=True)
     prepare_gradebook(lab, root)
-    settings = Sandbox(config=load_config(root))
+    config = load_config(root)
+    settings = Sandbox(config=config)
+    sandbox = sandbox_settings(config, lab, build_edition(lab, root / "editions" / lab))
     if settings.bubblewrap and not shutil.which("bwrap"):
         log("warning: bubblewrap (bwrap) is not installed: notebooks run with resource limits only, "
             "able to read this machine's files and use the network")
+    probe(sandbox)
     with tempfile.TemporaryDirectory() as unpack:
-        found = find_submissions(Path(submissions), lab, Path(unpack))
-        batch = grade_batch(lab, found.notebooks, root, force=force, progress=log,
-                            workers=settings.workers if workers is None else workers,
+        limit = settings.notebook_mb * 2**20
+        found = find_submissions(Path(submissions), lab, Path(unpack), limit=limit)
+        batch = grade_batch(lab, found.notebooks, root, source=found.root, sandbox=sandbox, limit=limit,
+                            force=force, progress=log, workers=settings.workers if workers is None else workers,
                             chunk_size=settings.chunk_size if chunk_size is None else chunk_size)
     problems = {**batch.problems, **found.problems}
     record_notes(root, "problems", lab, problems, replaced=batch.graded)

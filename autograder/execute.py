@@ -1,29 +1,204 @@
-"""nbgrader's Execute preprocessor, telling which cell killed the kernel.
+"""nbgrader's Execute step as the course grades: bounded in time and output, and reporting what it saw.
 
-When a cell kills its kernel (``os._exit()``, memory exhausted past recovery), nbgrader fails the
-whole notebook and the student would get nothing. This preprocessor writes the index of that cell
-to the file named by ``$MLSYS_KILLER_CELL``, so the grader can skip that one cell and grade again
-(see :func:`autograder.batch.grade_one`).
+:class:`SandboxedExecute` replaces nbgrader's ``Execute`` in the Autograde preprocessors. Over
+nbgrader's own it
+
+* gives the whole notebook a wall-clock budget (``c.Sandbox.wall_seconds``, kernel start included):
+  each cell may run at most what is left, and once nothing is left the remaining code cells are not
+  sent to the kernel but fail with ``NotebookTimeout`` (their tests score 0), so a notebook that
+  sleeps cannot hold a worker;
+* keeps at most ``c.Sandbox.output_kb`` of output per notebook (errors are always kept, their
+  tracebacks shortened), so printing cannot exhaust the grader's memory or the feedback's size;
+* gives no partial credit from a graded test cell's ``execute_result`` (nbgrader would read a number
+  shown there as the cell's score, and code the test calls can show one), and takes no point for
+  what a test cell wrote to stderr (nbgrader would score it 0: a warning of the answer's numpy or
+  Numba, or a stack it printed, is not a failed test; the text stays, as stdout);
+* when a cell does not stop at the grader's interrupt (it ignores ``KeyboardInterrupt``), fails it
+  and does not run the cells after it, rather than failing the whole notebook;
+* when a cell kills the kernel, writes that cell's index to ``$MLSYS_KILLER_CELL`` so the grader can
+  skip the cell and grade again (see :func:`autograder.batch.grade_one`);
+* after the notebook, reads what the kernel guard and the sandbox supervisor reported (see
+  :mod:`autograder.kernel` and :mod:`autograder.sandbox`) and writes the reasons to look at the
+  submission again to ``$MLSYS_GRADING_NOTES/<student>.json``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 
+from .config import cell_digest
+from .sandbox import SETTINGS_ENV, console_path, report_path
+
 KILLER_ENV = "MLSYS_KILLER_CELL"
+NOTES_ENV = "MLSYS_GRADING_NOTES"
+#: Lines and characters per line kept of an error's traceback.
+TRACEBACK_LINES, LINE_CHARS = 60, 2000
 
 
-class ExecuteReportingDeaths(Execute):
-    """Execute, recording the index of a cell during which the kernel died before re-raising."""
+def is_test_cell(cell) -> bool:
+    """A graded cell that is not an answer: nbgrader scores it by whether it raised."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _error(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class SandboxedExecute(Execute):
+    """nbgrader's Execute with a notebook time budget, an output budget and the kernel's reports."""
+
+    def preprocess(self, nb, resources=None, km=None):
+        settings = json.loads(os.environ.get(SETTINGS_ENV) or "{}")
+        budget = settings.get("wall_seconds")
+        self._deadline = time.monotonic() + budget if budget else None
+        self._budget = budget
+        self._output_left = settings.get("output_kb", 0) * 1024 or None
+        self._dropped: set[int] = set()
+        self._connection_file: str | None = None
+        self._stuck: int | None = None  # a cell that ignored the interrupt: the kernel is busy for good
+        self._notes = {"flags": []}
+        student = (resources or {}).get("nbgrader", {}).get("student")
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            if self._connection_file and settings:
+                report = report_path(Path(self._connection_file))
+                self._notes["flags"] += kernel_flags(report, self.nb)
+                for left in (report, console_path(Path(self._connection_file))):  # beside the connection
+                    left.unlink(missing_ok=True)  # file, in the system's temporary folder
+            if student and os.environ.get(NOTES_ENV):
+                write_notes(Path(os.environ[NOTES_ENV]), student, self._notes)
 
     def preprocess_cell(self, cell, resources, index):
-        try:
+        if self._connection_file is None and self.km is not None:
+            self._connection_file = self.km.connection_file
+        if cell.cell_type != "code" or not cell.source.strip():
             return super().preprocess_cell(cell, resources, index)
+        if self._stuck is not None:
+            cell.outputs = [_error("NotebookTimeout", f"not run: cell {self._stuck} did not stop when interrupted")]
+            return cell, resources
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            cell.outputs = [_error("NotebookTimeout", f"not run: the notebook used all of its {self._budget} s")]
+            if not any("wall-clock" in flag for flag in self._notes["flags"]):
+                self._notes["flags"].append(f"cell {index} and those after it were not run: the notebook "
+                                            f"used all of its {self._budget} s of wall-clock time")
+            return cell, resources
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             if os.environ.get(KILLER_ENV):
                 Path(os.environ[KILLER_ENV]).write_text(str(index))
             raise
+        except CellTimeoutError:  # interrupted at its timeout, and still busy afterwards
+            self._stuck = index
+            cell.outputs.append(_error("CellTimeoutError", "the cell did not stop when the grader interrupted it"))
+            self._notes["flags"].append(f"cell {index} ignored the grader's interrupt: the cells after it were not run")
+            return cell, resources
+        if is_test_cell(cell):
+            kept = [o for o in cell.outputs if o.get("output_type") != "execute_result"]
+            for output in kept:
+                if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                    output["name"] = "stdout"
+            cell.outputs = kept
+        return cell, resources
+
+    def _get_timeout(self, cell):
+        timeout = super()._get_timeout(cell)
+        if self._deadline is None:
+            return timeout
+        left = max(1, int(self._deadline - time.monotonic()))
+        return min(timeout, left) if timeout else left
+
+    def output(self, outs, msg, display_id, cell_index):
+        if msg["msg_type"] == "error":
+            content = msg["content"]
+            content["evalue"] = str(content.get("evalue", ""))[:LINE_CHARS]
+            content["traceback"] = [line[:LINE_CHARS] for line in content.get("traceback", [])[-TRACEBACK_LINES:]]
+            return super().output(outs, msg, display_id, cell_index)
+        if self._output_left is None:
+            return super().output(outs, msg, display_id, cell_index)
+        size = len(json.dumps(msg["content"]))
+        if size > self._output_left:
+            if cell_index not in self._dropped:
+                self._dropped.add(cell_index)
+                outs.append(NotebookNode(output_type="stream", name="stdout",
+                                         text="[output dropped by the grader: the notebook's output limit was reached]\n"))
+            return None
+        self._output_left -= size
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def write_notes(folder: Path, student: str, notes: dict) -> None:
+    """Add ``notes`` to what the grader noted about ``student`` in ``folder`` (one JSON file each)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{student}.json"
+    old = json.loads(path.read_text()) if path.exists() else {"flags": []}
+    path.write_text(json.dumps({"flags": old["flags"] + [f for f in notes["flags"] if f not in old["flags"]]}))
+
+
+def read_notes(folder: Path, student: str) -> list[str]:
+    """The reasons to look again at ``student``'s submission that :class:`SandboxedExecute` noted."""
+    path = folder / f"{student}.json"
+    return json.loads(path.read_text())["flags"] if path.exists() else []
+
+
+def _events(report: Path) -> list[dict]:
+    events = []
+    for line in report.read_text(errors="replace").splitlines() if report.exists() else []:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def kernel_flags(report: Path, nb) -> list[str]:
+    """Reasons to look again, from the kernel guard's and the supervisor's reports on ``nb``'s run.
+
+    Besides what the guard flagged, a graded test cell that the kernel answered without compiling
+    it (the shell was tampered with) is flagged, and so is a report channel closed by the notebook.
+    """
+    events = _events(report)
+    cell_of = {cell.get("execution_count"): index for index, cell in enumerate(nb.cells)
+               if cell.cell_type == "code" and cell.get("execution_count")}
+    flags = []
+
+    def where(event):
+        index = cell_of.get(event.get("count"))
+        place = f"cell {index}" if index is not None else "the notebook"
+        return place + (f" line {event['line']}" if isinstance(event.get("line"), int) else "")
+
+    by_guard = [e for e in events if e.get("by") != "supervisor"]
+    if not any(e.get("event") == "ready" for e in by_guard):
+        flags.append("the grader's kernel guard did not report: the kernel's integrity is unknown")
+    for event in events:
+        kind = event.get("event")
+        if kind == "flag":
+            flags.append(f"{where(event)}: {str(event.get('what', ''))[:200]}")
+        elif kind == "closed":
+            flags.append("the notebook closed the grader's report channel")
+        elif kind == "wall_clock":
+            flags.append("the kernel was killed at the notebook's wall-clock limit")
+        elif kind == "truncated":
+            flags.append("the kernel reported more than the grader keeps (report truncated)")
+    if not any(e.get("event") == "exit" for e in events):
+        flags.append("the kernel did not end cleanly (its supervisor reported no exit)")
+    compiled = {e.get("sha") for e in by_guard if e.get("event") == "cell" and e.get("test")}
+    complete = any(e.get("event") == "exit" for e in events) and not any(
+        e.get("event") in ("closed", "truncated", "wall_clock") for e in events)
+    if complete:
+        for index, cell in enumerate(nb.cells):
+            ran = cell.get("execution_count") and not any(o.get("ename") == "NotebookTimeout" for o in cell.get("outputs", []))
+            if is_test_cell(cell) and ran and cell_digest(cell.source) not in compiled:
+                flags.append(f"cell {index}: the test cell was answered without being run (the kernel was tampered with)")
+    return list(dict.fromkeys(flags))

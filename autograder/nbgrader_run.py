@@ -14,7 +14,7 @@ from typing import Iterator
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.utils import capture_log
 
-from .config import install_grading_kernel, load_config, sandbox_settings
+from .config import install_grading_kernel, load_config
 from .sandbox import SETTINGS_ENV
 
 
@@ -23,26 +23,30 @@ class NbgraderError(RuntimeError):
 
 
 @contextlib.contextmanager
-def grading_environment(root: Path, sandboxed: bool = False, hidden: tuple[Path, ...] = ()) -> Iterator[Path]:
+def grading_environment(root: Path, sandbox: dict | None = None) -> Iterator[Path]:
     """Make the grading kernel findable (and the tool importable) while nbgrader runs.
 
     nbgrader also runs the ``alembic`` command of this environment when it creates a gradebook,
     so this interpreter's ``bin/`` goes first on ``PATH`` even if the venv is not activated.
-    Yields a private, short folder for the kernels' connection files and Unix sockets (socket paths
-    are limited to ~100 bytes). With ``sandboxed``, the kernel launcher applies the course's
-    :class:`~autograder.config.Sandbox`, hiding ``hidden`` folders too.
+    Yields a private, short folder (socket paths are limited to ~100 bytes) for the kernels'
+    connection files and the supervisors' reports; its ``sockets/`` sub-folder, the only part a
+    sandboxed kernel sees, holds the kernels' Unix sockets. With ``sandbox`` settings (see
+    :func:`~autograder.config.sandbox_settings`) the kernel launcher sandboxes every kernel.
     """
-    runtime = tempfile.mkdtemp(prefix="mlsys-kernel-")
+    runtime = Path(tempfile.mkdtemp(prefix="mlsys-kernel-"))
+    (runtime / "sockets").mkdir()
+    if os.geteuid() == 0:  # each kernel has its own user id: all may create sockets, none remove others'
+        os.chmod(runtime / "sockets", 0o1777)
     env = install_grading_kernel(root)
     repo = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    env["JUPYTER_RUNTIME_DIR"] = runtime
-    env[SETTINGS_ENV] = json.dumps(sandbox_settings(load_config(root), root, hidden)) if sandboxed else None
+    env["JUPYTER_RUNTIME_DIR"] = str(runtime)
+    env[SETTINGS_ENV] = json.dumps(sandbox) if sandbox else None
     saved = {k: os.environ.get(k) for k in env}
     _set_environment(env)
     try:
-        yield Path(runtime)
+        yield runtime
     finally:
         _set_environment(saved)
         shutil.rmtree(runtime, ignore_errors=True)
@@ -57,17 +61,17 @@ def _set_environment(values: dict[str, str | None]) -> None:
 
 
 def run_converter(converter_cls, lab: str, student: str = "*", *, root: Path,
-                  release_dir: Path | None = None, sandboxed: bool = False, hidden: tuple[Path, ...] = ()) -> dict:
+                  release_dir: Path | None = None, sandbox: dict | None = None) -> dict:
     """Run one nbgrader converter (GenerateAssignment, Autograde, GenerateFeedback) for one lab.
 
-    ``sandboxed`` runs the notebooks' kernels in the course's sandbox (for student code), which
-    hides ``root`` and ``hidden`` among others.
+    ``sandbox`` (settings of :func:`~autograder.config.sandbox_settings`) runs the notebooks'
+    kernels in the course's sandbox (for student code).
 
     Returns nbgrader's ``capture_log`` result: ``{"success": bool, "log": str, "error": str}``.
     """
     config = load_config(root, release_dir)
-    with grading_environment(root, sandboxed, hidden) as runtime:
-        config.KernelManager.ip = str(runtime / "kernel")  # absolute: kernel and grader agree on the sockets
+    with grading_environment(root, sandbox) as runtime:
+        config.KernelManager.ip = str(runtime / "sockets" / "kernel")  # absolute: kernel and grader agree
         coursedir = CourseDirectory(config=config)
         coursedir.assignment_id = lab
         coursedir.student_id = student
@@ -94,7 +98,7 @@ def validate(notebook: Path, *, root: Path, invert: bool = False) -> dict:
 
     config = load_config(root)
     with grading_environment(root) as runtime:
-        config.KernelManager.ip = str(runtime / "kernel")
+        config.KernelManager.ip = str(runtime / "sockets" / "kernel")
         validator = Validator(config=config)
         validator.invert = invert
         validator.ignore_checksums = invert

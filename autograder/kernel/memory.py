@@ -3,13 +3,12 @@
 A cell that allocates until ``MemoryError`` (the sandbox caps the address space) leaves that memory
 held by its traceback: IPython keeps the last exception and its traceback (``sys.last_value``,
 ``sys.last_traceback``, the last execution result, its traceback formatter), and the traceback's
-frames keep every local. The next cells then
-cannot allocate either and the kernel stalls until the grader's cell timeout (minutes per student).
-After such a cell this hook drops the tracebacks and collects, so the failing cell scores what it
-scores and the rest of the notebook is graded normally.
+frames keep every local. The next cells then cannot allocate either and the kernel stalls until the
+grader's cell timeout (minutes per student). After such a cell this hook drops the tracebacks and
+collects, so the failing cell scores what it scores and the rest of the notebook is graded normally.
 
-The sandbox launcher starts the kernel with ``install`` as an ``exec_line``; it leaves no name in
-the student's namespace.
+The kernel's start-up line (:func:`autograder.kernel.exec_line`, or :data:`EXEC_LINE` alone for an
+ungraded kernel) installs it; it leaves no name in the student's namespace.
 """
 
 from __future__ import annotations
@@ -48,5 +47,5 @@ def install() -> None:
     _shell().events.register("post_run_cell", release_memory_after_memory_error)
 
 
-#: The kernel's ``exec_lines`` entry that installs the hook without binding a name.
-EXEC_LINE = "__import__('autograder.kernel_guard').kernel_guard.install()"
+#: The kernel's ``exec_lines`` entry that installs only this hook, without binding a name.
+EXEC_LINE = "__import__('autograder.kernel.memory').kernel.memory.install()"
