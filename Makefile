@@ -8,12 +8,17 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-## system-deps: bubblewrap, the grading sandbox (installed when run as root with apt; else a warning)
+## system-deps: bubblewrap, the grading sandbox, and chromium, the browser the feedback-safety tests
+## drive (installed when run as root with apt; else a warning)
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "warning: bubblewrap is not installed: grading runs with resource limits only"; fi; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "warning: chromium is not installed: the browser tests of feedback safety are skipped"; fi; }
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

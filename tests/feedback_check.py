@@ -9,18 +9,31 @@ import nbformat
 from autograder.paths import LABS, SOLUTIONS
 
 HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.DOTALL)
+SOLUTION_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.DOTALL)
+#: Shorter hidden lines (``x = 1``) are too generic to call a leak.
+MIN_CHARS = 20
+
+
+def _flat(text: str) -> str:
+    """``text`` with every run of whitespace as one space (how a reader compares lines)."""
+    return " ".join(text.split())
 
 
 def hidden_lines(lab: str) -> set[str]:
-    """Every substantial source line of ``lab``'s hidden tests that its release does not contain."""
+    """Every substantial source line of ``lab``'s hidden tests that its release does not contain,
+    whitespace-normalised; a line the reference solution also writes (``for _ in range(n):``) is a
+    student's own code in feedback, not a leak."""
     lines = set()
     for path in (SOLUTIONS / lab).glob("*.ipynb"):
         released = (LABS / lab / path.name).read_text()  # JSON: compare JSON-escaped lines
-        for cell in nbformat.read(path, as_version=4).cells:
+        cells = nbformat.read(path, as_version=4).cells
+        answers = {_flat(line) for cell in cells for region in SOLUTION_REGION.findall(cell.source)
+                   for line in region.splitlines()}
+        for cell in cells:
             for region in HIDDEN_REGION.findall(cell.source):
-                lines |= {line.strip() for line in region.splitlines()
-                          if len(line.strip()) > 25 and json.dumps(line.strip())[1:-1] not in released
-                          and not _is_visible_signature(line.strip(), released)}
+                lines |= {_flat(line) for line in region.splitlines()
+                          if len(_flat(line)) >= MIN_CHARS and json.dumps(line.strip())[1:-1] not in released
+                          and not _is_visible_signature(line.strip(), released)} - answers
     return lines
 
 
@@ -33,6 +46,6 @@ def _is_visible_signature(line: str, released: str) -> bool:
 
 def leaked_lines(feedback_html: str, lab: str) -> list[str]:
     """The hidden-test lines of ``lab`` that the feedback page shows (as text, tags removed)."""
-    text = html.unescape(re.sub(r"<[^>]+>", "", feedback_html))
+    text = _flat(html.unescape(re.sub(r"<[^>]+>", "", feedback_html)))
     found = [line for line in hidden_lines(lab) if line in text]
     return found + (["### HIDDEN TESTS marker"] if "HIDDEN TESTS" in text else [])
