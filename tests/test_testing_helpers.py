@@ -103,3 +103,33 @@ def test_numpy_view_reads_by_the_stride_formula():
             assert view[i, j] == storage[9 - 4 * i + 3 * j]
     with pytest.raises(ValueError):
         numpy_view(Strided(storage, (3, 2), (4, 3), 9))  # reaches position 20: out of bounds
+
+
+def test_exact_types_refuse_subclasses_that_always_agree():
+    import numpy as np
+
+    from mlsys_lib.testing import INTEGERS, exactly, int_tuple
+
+    class Yes(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    class YesTuple(tuple):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = tuple.__hash__
+
+    assert Yes(0) == 5 and YesTuple() == (1, 2)  # what a comparison alone would accept
+    for fake in (Yes(0), True, 3.0):
+        with pytest.raises(AssertionError, match="must be int"):
+            exactly(fake, *INTEGERS)
+    assert exactly(np.int64(4), *INTEGERS) == 4
+    with pytest.raises(AssertionError, match="must be tuple"):
+        int_tuple(YesTuple((1,)))
+    with pytest.raises(AssertionError, match=r"the result\[1\] must be int"):
+        int_tuple((1, Yes(2)))
+    plain = int_tuple((np.int64(3), 1))
+    assert plain == (3, 1) and all(type(v) is int for v in plain)
