@@ -272,6 +272,9 @@ def supervise(settings: dict, connection_file: Path, kernel_args: list[str]) -> 
     if connection.get("transport") != "ipc":
         raise ValueError(f"{connection_file}: a sandboxed kernel needs transport 'ipc', "
                          f"not {connection.get('transport')!r} (set c.KernelManager.transport = 'ipc')")
+    if not os.path.isabs(connection.get("ip", "")):  # bwrap would bind (and create folders) relative to here
+        raise ValueError(f"{connection_file}: a sandboxed kernel needs an absolute socket path as its ip, "
+                         f"not {connection.get('ip')!r} (see autograder.nbgrader_run.grading_environment)")
     read_end, write_end = os.pipe()
     connection_fd = os.open(connection_file, os.O_RDONLY | os.O_NOFOLLOW)
     command, fds = prepare(settings, connection_fd, Path(connection["ip"]).parent, write_end, kernel_args)

@@ -20,7 +20,7 @@ from jupyter_client import KernelManager
 from autograder.config import GRADING_KERNEL, load_config, sandbox_settings
 from autograder.nbgrader_run import grading_environment
 from autograder.paths import REPO, SOLUTIONS
-from autograder.sandbox import Report, python_paths, report_path, watch
+from autograder.sandbox import Report, python_paths, report_path, supervise, watch
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -185,3 +185,13 @@ def test_the_system_the_kernel_needs_is_readable(sandbox):
     assert kernel.value("__import__('pwd').getpwuid(__import__('os').getuid()).pw_name") == "student"
     assert kernel.value("__import__('os').access('/etc/ld.so.cache', __import__('os').R_OK)")
     kernel.run("import mlsys_lib\nfrom numba import cuda\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])")
+
+
+def test_a_relative_socket_path_is_refused_before_anything_is_made(tmp_path, monkeypatch):
+    """bwrap would create the sandbox's /etc and /run in the grader's working folder."""
+    connection = tmp_path / "kernel.json"
+    connection.write_text(json.dumps({"transport": "ipc", "ip": "kernel-ipc", "shell_port": 1}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="absolute socket path"):
+        supervise(sandbox_settings(load_config(tmp_path / "course"), "lab01_tensors"), connection, [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel.json"]
