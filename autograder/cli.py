@@ -8,7 +8,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from . import course, references, samples
+from . import course, mutate, references, samples
 from .bundle import bundle
 from .lectures import render_lectures
 from .paths import course_dir, lab_names
@@ -61,6 +61,14 @@ def _cmd_figures(args) -> int:
     for figure in render_lectures(args.lectures or None):
         print(f"figure {figure}")
     return 0
+
+
+def _cmd_mutate(args) -> int:
+    report = mutate.mutate_lab(args.lab, library=args.library, timeout=args.timeout, jobs=args.jobs,
+                               limit=args.limit, exercise=args.exercise,
+                               log=lambda message: print(message, file=sys.stderr, flush=True))
+    print(mutate.format_report(report, quiet=args.quiet))
+    return 0 if report.passed(args.min_score) else 1
 
 
 def grade_samples(lab: str, root: Path) -> tuple[str, bool]:
@@ -132,6 +140,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("figures", help="execute the lecture notebooks, writing lectures/figures/")
     p.add_argument("lectures", nargs="*")
     p.set_defaults(run=_cmd_figures)
+    p = sub.add_parser("mutate", help="mutation testing: how many one-edit wrong answers the lab's tests catch")
+    p.add_argument("lab")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per mutant (default: 5 x the exercise's unmutated run, at least 10)")
+    p.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
+    p.add_argument("--limit", type=int, default=None, help="at most N mutants per exercise, spread over the operators")
+    p.add_argument("--exercise", default=None, metavar="GRADE_ID", help="only this exercise")
+    p.add_argument("--library", action="store_true",
+                   help="import the repository's mlsys_lib instead of the lab's grading edition")
+    p.add_argument("--min-score", type=float, default=90.0, help="exit 1 below this total score, in %% (default 90)")
+    p.add_argument("--quiet", action="store_true", help="only the table: no survivors and their diffs")
+    p.set_defaults(run=_cmd_mutate)
     p = sub.add_parser("all", help="what `make course` runs")
     p.set_defaults(run=_cmd_all)
     return parser

@@ -1,0 +1,314 @@
+"""``mlsys course mutate``: the mutants made of an answer cell, and what becomes of them when a tiny
+nbgrader notebook (no real lab) runs with each one in place of its answer."""
+
+import ast
+import hashlib
+import os
+import signal
+import time
+
+import nbformat
+import pytest
+
+from autograder import cli, mutate, paths
+from autograder.mutate import (EQUIVALENT, KILLED, SURVIVED, TIMED_OUT, format_report, generate_mutants,
+                               mutate_notebook, run_forked, select_mutants)
+
+CLAMP = '''def clamp(x, lo, hi):
+    """x limited to [lo, hi]."""
+    ### BEGIN SOLUTION
+    if x < lo:
+        x = lo
+    elif x > hi:
+        x = hi
+    return x
+    ### END SOLUTION
+'''
+
+COUNT_UP = '''def count_up(n, limit):
+    """[0, 1, ..., n - 1], each at most limit."""
+    ### BEGIN SOLUTION
+    out = []
+    i = 0
+    while i < n:
+        out.append(clamp(i, 0, limit))
+        i += 1
+    return out
+    ### END SOLUTION
+'''
+
+WEAK_TEST = "assert clamp(5, 0, 10) == 5"
+# It never clips from above: only count_up's test catches an answer that forgets to.
+STRONG_TEST = "### BEGIN HIDDEN TESTS\nassert clamp(-3, 0, 10) == 0\nassert clamp(0, 0, 10) == 0\n" \
+              "assert clamp(10, 0, 10) == 10\n### END HIDDEN TESTS"
+COUNT_UP_TEST = "assert count_up(4, 2) == [0, 1, 2, 2]\nassert count_up(0, 5) == []"
+
+# Hand-written: the clamp answer with one edit, as ast.unparse writes a cell (comments gone).
+CLAMP_LT_TO_LE = '''def clamp(x, lo, hi):
+    """x limited to [lo, hi]."""
+    if x <= lo:
+        x = lo
+    elif x > hi:
+        x = hi
+    return x'''
+CLAMP_GT_TO_GE = CLAMP_LT_TO_LE.replace("x <= lo", "x < lo").replace("x > hi", "x >= hi")
+CLAMP_NO_UPPER_CLIP = CLAMP_LT_TO_LE.replace("x <= lo", "x < lo").replace("x = hi", "pass")
+COUNT_UP_NO_INCREMENT = '''def count_up(n, limit):
+    """[0, 1, ..., n - 1], each at most limit."""
+    out = []
+    i = 0
+    while i < n:
+        out.append(clamp(i, 0, limit))
+        pass
+    return out'''
+
+
+def _sha(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:10]
+
+
+def _cell(source: str, **nbgrader) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source)
+    if nbgrader:
+        cell.metadata["nbgrader"] = {"schema_version": 3, "locked": False, "task": False, **nbgrader}
+    return cell
+
+
+def _answer(grade_id: str, source: str):
+    return _cell(source, solution=True, grade=False, grade_id=grade_id)
+
+
+def _test(grade_id: str, source: str, points: int = 1):
+    return _cell(source, solution=False, grade=True, grade_id=grade_id, points=points, locked=True)
+
+
+def write_notebook(folder, name: str = "tiny.ipynb"):
+    """The tiny lab: a prefix that logs each run of it, clamp (a weak and a strong test), count_up."""
+    log = folder / "prefix.log"
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell("# A tiny lab"),
+        _cell(f"import math\nwith open({str(log)!r}, 'a') as log:\n    log.write('prefix ran\\n')"),
+        _answer("clamp", CLAMP),
+        _test("test_clamp_weak", WEAK_TEST),
+        _test("test_clamp", STRONG_TEST, points=2),
+        nbformat.v4.new_markdown_cell("Now use it."),
+        _cell("print('between the exercises')"),
+        _answer("count_up", COUNT_UP),
+        _test("test_count_up", COUNT_UP_TEST),
+    ]
+    path = folder / name
+    nbformat.write(notebook, path)
+    return path
+
+
+def _by_source(results):
+    return {r.mutant.source: r for r in results}
+
+
+# ---- the mutants ------------------------------------------------------------------------------------
+
+def _sources(code: str) -> set[str]:
+    return {m.source for m in generate_mutants(code, "ex")}
+
+
+def test_arithmetic_is_swapped_and_the_id_hashes_the_mutated_cell():
+    mutants = generate_mutants("def f(a, b):\n    return a + b", "add")
+    assert [(m.source, m.id, m.operator, m.line) for m in mutants] == [
+        ("def f(a, b):\n    return a - b", "add:" + _sha("def f(a, b):\n    return a - b"), "arithmetic", 2)]
+    assert "line 2" in mutants[0].description and "a + b" in mutants[0].description
+
+
+def test_comparison_boundary_and_direction_and_constants_off_by_one():
+    assert _sources("def g(x):\n    return x < 3") == {
+        "def g(x):\n    return x <= 3", "def g(x):\n    return x > 3",
+        "def g(x):\n    return x < 4", "def g(x):\n    return x < 2"}
+
+
+def test_range_bounds():
+    assert _sources("def h(n):\n    return [i for i in range(n)]") == {
+        "def h(n):\n    return [i for i in range(n + 1)]", "def h(n):\n    return [i for i in range(n - 1)]"}
+    # a literal bound is folded: range(1 + 1) would be the same mutant as the constant's range(2)
+    assert _sources("def h(n):\n    return range(1, n)") == {
+        "def h(n):\n    return range(2, n)", "def h(n):\n    return range(0, n)",
+        "def h(n):\n    return range(1, n + 1)", "def h(n):\n    return range(1, n - 1)",
+        "def h(n):\n    return range(n, 1)"}
+
+
+def test_slice_bounds_shifted_or_dropped_without_duplicates():
+    assert _sources("def s(a, n):\n    return a[1:n]") == {
+        "def s(a, n):\n    return a[2:n]", "def s(a, n):\n    return a[0:n]", "def s(a, n):\n    return a[:n]",
+        "def s(a, n):\n    return a[1:n + 1]", "def s(a, n):\n    return a[1:n - 1]", "def s(a, n):\n    return a[1:]"}
+
+
+def test_calls_copies_in_place_and_dtypes():
+    code = "def c(x, y):\n    x += y\n    z = y.copy()\n    x = x * z\n    return np.float64(min(x, z))"
+    body = code.split("\n")
+    expected_lines = {
+        1: ["    x -= y", "    pass", "    x = x + y"],
+        2: ["    pass", "    z = y"],
+        3: ["    pass", "    x *= z", "    x = x / z"],
+        4: ["    return np.float32(min(x, z))", "    return np.float64(min(z, x))", "    return np.float64(max(x, z))"],
+    }
+    expected = {"\n".join(body[:i] + [line] + body[i + 1:]) for i, lines in expected_lines.items() for line in lines}
+    assert _sources(code) == expected
+
+
+def test_boolean_not_and_raise_but_never_docstrings_or_f_strings():
+    code = 'def d(x):\n    """Doc 1."""\n    if not x and x > 2:\n        raise ValueError(f"bad {x + 1}")\n    return x'
+    head, tail = 'def d(x):\n    """Doc 1."""\n', '\n        raise ValueError(f\'bad {x + 1}\')\n    return x'
+    conditions = ["not x or x > 2", "x and x > 2", "not x and x >= 2", "not x and x < 2", "not x and x > 3",
+                  "not x and x > 1"]
+    expected = {f"{head}    if {c}:{tail}" for c in conditions}
+    expected.add(f"{head}    if not x and x > 2:\n        pass\n    return x")
+    assert _sources(code) == expected
+
+
+def test_every_mutant_parses_and_ids_are_stable_and_unique():
+    for code in (CLAMP, COUNT_UP):
+        first, second = generate_mutants(code, "ex"), generate_mutants(code, "ex")
+        assert [m.id for m in first] == [m.id for m in second]
+        assert len({m.id for m in first}) == len(first) and len({m.source for m in first}) == len(first)
+        for m in first:
+            ast.parse(m.source)
+            assert m.id == f"ex:{_sha(m.source)}"
+
+
+def test_limit_takes_one_operator_after_another_in_source_order():
+    code = "def c(x, y):\n    x += y\n    z = y.copy()\n    x = x * z\n    return np.float64(min(x, z))"
+    mutants = generate_mutants(code, "ex")
+    operators = {m.operator for m in mutants}
+    assert operators == {"arithmetic", "drop statement", "in-place", "copy dropped", "dtype", "swap arguments", "min/max"}
+    chosen = select_mutants(mutants, len(operators))
+    assert sorted(m.operator for m in chosen) == sorted(operators)
+    three = select_mutants(mutants, 3)
+    assert {m.operator for m in three} == {"arithmetic", "copy dropped", "drop statement"}  # the first names
+    assert three == [m for m in mutants if m in three] == select_mutants(mutants, 3)
+    assert select_mutants(mutants, 100) == mutants
+
+
+# ---- forked children ------------------------------------------------------------------------------------
+
+def _loop_forever():
+    while True:
+        pass
+
+
+def _crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _chatty():
+    print("a child must not print")
+    os.write(2, b"nor write to stderr\n")
+    return {"answer": 42}
+
+
+def test_children_time_out_die_or_answer_silently(capfd):
+    started = time.monotonic()
+    outcomes = run_forked({"loop": _loop_forever, "crash": _crash, "chatty": _chatty}, jobs=3, timeout=1.0)
+    assert time.monotonic() - started < 4
+    assert outcomes["loop"].problem == TIMED_OUT and outcomes["loop"].payload is None
+    assert 1.0 <= outcomes["loop"].seconds < 3
+    assert outcomes["crash"].problem == f"killed by signal {signal.SIGSEGV}"
+    assert outcomes["chatty"].payload == {"answer": 42} and outcomes["chatty"].problem is None
+    assert capfd.readouterr() == ("", "")
+
+
+# ---- a whole notebook -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny lab mutated once, with an equivalent-mutants file that lists one real and one stale id."""
+    folder = tmp_path_factory.mktemp("tiny")
+    path = write_notebook(folder)
+    (folder / "equivalent_mutants.txt").write_text(
+        "# the boundaries of clamp\n\n"
+        f"clamp:{_sha(CLAMP_LT_TO_LE)}  # x == lo gives lo either way\n"
+        "clamp:0123456789  # a mutant of an older clamp\n")
+    started = time.monotonic()
+    report = mutate_notebook(path, timeout=1.0, jobs=2)
+    return report, folder, time.monotonic() - started
+
+
+def test_each_clamp_mutant_meets_its_fate(tiny):
+    report, _, _ = tiny
+    clamp = report.exercises[0]
+    assert clamp.grade_id == "clamp" and clamp.own_tests == ("test_clamp_weak", "test_clamp")
+    results = _by_source(clamp.results)
+    assert len(results) == 6  # two comparisons twice, and two assignments dropped
+    assert results[CLAMP_LT_TO_LE].status == EQUIVALENT
+    assert results[CLAMP_GT_TO_GE].status == SURVIVED
+    assert results[CLAMP_NO_UPPER_CLIP].status == KILLED
+    assert results[CLAMP_NO_UPPER_CLIP].killed_by == ("test_count_up",)  # the later exercise's test
+    no_lower_clip = CLAMP_LT_TO_LE.replace("x <= lo", "x < lo").replace("x = lo", "pass")
+    assert results[no_lower_clip].killed_by == ("test_clamp",)
+    wrong_way = CLAMP_LT_TO_LE.replace("x <= lo", "x > lo")
+    assert results[wrong_way].killed_by == ("test_clamp_weak", "test_clamp")
+    assert [clamp.count(s) for s in (KILLED, TIMED_OUT, SURVIVED, EQUIVALENT)] == [4, 0, 1, 1]
+    assert clamp.score == pytest.approx(100 * 4 / 5)
+
+
+def test_a_mutant_that_never_ends_times_out(tiny):
+    report, _, seconds = tiny
+    count_up = report.exercises[1]
+    results = _by_source(count_up.results)
+    assert results[COUNT_UP_NO_INCREMENT].status == TIMED_OUT
+    # i -= 1, i += 0 and the dropped i += 1 loop forever; i = i + 1 and clamp(i, -1, limit) change nothing here
+    assert [count_up.count(s) for s in (KILLED, TIMED_OUT, SURVIVED, EQUIVALENT)] == [10, 3, 2, 0]
+    assert seconds < 10  # three 1 s time-outs, two at a time
+
+
+def test_score_excludes_equivalents_and_stale_ids_are_reported(tiny):
+    report, _, _ = tiny
+    assert report.score == pytest.approx(100 * (4 + 10 + 3) / (6 + 15 - 1))
+    assert report.stale == ["clamp:0123456789"]
+    assert report.passed(85) and not report.passed(86)
+
+
+def test_the_report_shows_each_survivor_with_its_diff(tiny):
+    report, _, _ = tiny
+    text = format_report(report)
+    survivor = f"clamp:{_sha(CLAMP_GT_TO_GE)}"
+    assert f"survived {survivor}" in text
+    assert "-    elif x > hi:\n+    elif x >= hi:" in text
+    assert f"clamp:{_sha(CLAMP_LT_TO_LE)}" not in text  # equivalent: not a survivor
+    assert "stale in equivalent_mutants.txt: clamp:0123456789" in text
+    assert f"killed, but not by a test of clamp (test_count_up): clamp:{_sha(CLAMP_NO_UPPER_CLIP)}" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[1:5]}
+    assert rows["clamp"] == ["clamp", "6", "4", "0", "1", "1", "80.0%"]
+    assert rows["total"] == ["total", "21", "14", "3", "3", "1", "85.0%"]
+    quiet = format_report(report, quiet=True)
+    assert "survived clamp:" not in quiet and "stale in" in quiet
+
+
+def test_the_prefix_runs_once(tiny):
+    _, folder, _ = tiny
+    assert (folder / "prefix.log").read_text() == "prefix ran\n"
+
+
+def test_a_failing_baseline_stops_the_exercise(tmp_path):
+    path = write_notebook(tmp_path)
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells[8].source = "assert count_up(3, 9) == [0, 1, 2, 3]"
+    nbformat.write(notebook, path)
+    report = mutate_notebook(path, exercise="count_up", timeout=2.0)
+    [count_up] = report.exercises
+    assert count_up.results == [] and list(count_up.baseline_failures) == ["test_count_up"]
+    assert count_up.baseline_failures["test_count_up"].startswith("AssertionError")
+    assert not report.passed(0)
+
+
+def test_cli_exit_status_follows_min_score(tmp_path, monkeypatch, capsys):
+    lab = tmp_path / "lab99_tiny"
+    lab.mkdir()
+    write_notebook(lab, "lab99_tiny.ipynb")
+    (lab / "equivalent_mutants.txt").write_text(f"clamp:{_sha(CLAMP_LT_TO_LE)}  # boundary\n")
+    monkeypatch.setattr(paths, "SOLUTIONS", tmp_path)
+    monkeypatch.setattr(mutate, "SOLUTIONS", tmp_path)
+    options = ["mutate", "lab99_tiny", "--library", "--exercise", "clamp", "--timeout", "5"]
+    assert cli.main([*options, "--min-score", "80"]) == 0  # clamp scores 4 / 5
+    assert cli.main([*options, "--min-score", "81", "--quiet"]) == 1
+    table = capsys.readouterr().out.splitlines()[1:4]
+    assert [row.split()[0] for row in table] == ["exercise", "clamp", "total"]
+    assert table[1].split()[-1] == "80.0%"
