@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from mlsys_lib.graph import (CostModel, GraphBuilder, Rule, apply_rule, backtracking_optimize, dce, discover,
-                             evaluate, greedy_optimize, parse_template, rewrite, verify_rule)
+                             evaluate, greedy_optimize, parse_template, random_inputs, rewrite, verify_rule)
+from mlsys_lib.graph.discovery import Substitution
 from mlsys_lib.graph.generate import matmul_chain
+from mlsys_lib.graph.pattern import Apply, Template, Var
 from mlsys_lib.tensor.roofline import Roofline
 
 
@@ -93,10 +95,58 @@ def test_verifier_accepts_true_rules_exactly_and_rejects_wrong_ones():
     wrong = verify_rule(Rule.parse("transpose(matmul(x, y)) -> matmul(transpose(x), transpose(y))"))
     assert not wrong and "random trial 0: values differ" in wrong.reason
     assert not verify_rule(Rule.parse("relu(add(x, y)) -> add(relu(x), relu(y))"))
-    inexact = verify_rule(Rule.parse("exp(add(x, y)) -> mul(exp(x), exp(y))"))
-    assert inexact and inexact.exact is None  # exp has no exact integer check
-    # true for |x| <= 1, where fingerprints (inputs in [-1, 1]) cannot tell; verification uses [-2, 2]
-    assert not verify_rule(Rule.parse("relu(add(x, mul(x, x))) -> add(relu(x), mul(x, relu(x)))"))
+    # exp has no exact integer check; inputs up to 1000 overflow it, and the same inf or nan on both sides agrees
+    inexact = verify_rule(Rule.parse("mul(exp(x), exp(y)) -> mul(exp(y), exp(x))"))
+    assert inexact and inexact.exact is None
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isinf(np.exp(750.0)) and np.isnan(np.exp(750.0) * np.exp(-800.0))
+
+
+def test_verifier_rejects_a_rule_that_only_overflow_breaks():
+    with np.errstate(over="ignore"):  # independent witness: e**700 is finite, e**750 overflows
+        assert np.isfinite(np.exp(750.0 - 50.0)) and np.isinf(np.exp(750.0) * np.exp(-50.0))
+    rule = Rule.parse("exp(add(x, y)) -> mul(exp(x), exp(y))")
+    for seed in range(3):  # |x| > 709.8 is rare (2.5% of the inputs): many trials
+        verdict = verify_rule(rule, trials=400, seed=seed)
+        assert not verdict and "random trial" in verdict.reason, (seed, verdict)
+
+
+# Rules that hold on [-1, 1] (where discovery's fingerprints, and a checker drawing from there, cannot tell) but
+# not beyond: each with its sides written directly in numpy (independent oracles) and a point where they differ.
+NARROW_RULES = {
+    "relu(add(x, mul(x, x))) -> add(relu(x), mul(x, relu(x)))":  # x + x*x > 0 = right side for x < -1
+        (lambda x: np.maximum(x + x * x, 0), lambda x: np.maximum(x, 0) + x * np.maximum(x, 0), -2.0),
+    "sub(relu(x), relu(sub(x, 6))) -> relu(x)":  # ReLU6 saturates at 6, ReLU does not
+        (lambda x: np.clip(x, 0, 6), lambda x: np.maximum(x, 0), 7.0),
+    "sub(sub(relu(add(x, 100)), relu(sub(x, 100))), 100) -> x":  # clip to [-100, 100] vs identity
+        (lambda x: np.clip(x, -100, 100), lambda x: x, 200.0),
+}
+
+
+@pytest.mark.parametrize("text", NARROW_RULES)
+def test_verifier_rejects_rules_that_hold_only_on_a_narrow_domain(text):
+    left, right, witness = NARROW_RULES[text]
+    narrow = np.linspace(-1.0, 1.0, 2001)
+    np.testing.assert_allclose(left(narrow), right(narrow), atol=1e-12)  # equal on all of [-1, 1]...
+    assert left(witness) != right(witness)  # ...but not at the witness
+    rule = Rule.parse(text)
+    for seed in range(5):
+        verdict = verify_rule(rule, seed=seed)
+        assert not verdict and "random trial" in verdict.reason, (seed, verdict)
+
+
+def test_random_inputs_are_log_uniform_over_six_decades_with_both_signs():
+    x = random_inputs(np.random.default_rng(7), (200, 300))
+    assert x.shape == (200, 300) and x.dtype == np.float64
+    magnitude = np.abs(x)
+    assert magnitude.min() >= 1e-3 and magnitude.max() <= 1e3
+    # the fractions the docstring (and Lab 3's exercise text) state, from the distribution's definition:
+    # P(x < -1) = 1/2 * 1/2, P(|x| > 100) = 1/6, P(|x| < 0.01) = 1/6; and 1/6 of the elements per decade
+    for fraction, want in [(np.mean(x < 0), 1 / 2), (np.mean(x < -1), 1 / 4), (np.mean(magnitude > 100), 1 / 6),
+                           (np.mean(magnitude < 0.01), 1 / 6)]:
+        assert abs(fraction - want) < 0.01, (fraction, want)
+    per_decade = np.histogram(np.log10(magnitude), bins=np.arange(-3, 4))[0] / x.size
+    np.testing.assert_allclose(per_decade, 1 / 6, atol=0.01)
 
 
 def test_verifier_with_given_shapes_and_attributes():
@@ -131,11 +181,39 @@ def test_discovery_counts_per_stage_are_reproducible():
     assert "after pruning renamings" in first.report()
 
 
+NUMPY_OPS = {"add": np.add, "mul": np.multiply, "relu": lambda x: np.maximum(x, 0.0)}
+
+
+def numpy_value(template: Template, values: dict[str, np.ndarray]) -> np.ndarray:
+    """A template of elementwise ops evaluated with plain numpy (independent of the library's evaluator)."""
+    if isinstance(template, Var):
+        return values[template.name]
+    assert isinstance(template, Apply) and not template.attrs, template
+    return NUMPY_OPS[template.op](*(numpy_value(arg, values) for arg in template.args))
+
+
 def test_discovery_rejects_candidates_that_only_agree_on_the_fingerprint_inputs():
     result = discover(("add", "mul", "relu"), max_ops=3, names=("A", "B"))
-    assert result.counts["verified (random trials)"] < result.counts["after pruning trivial pairs"]
     rejected = {str(s) for s, _ in result.rejected}
     assert "relu(add(A, mul(A, A))) = add(relu(A), mul(A, relu(A)))" in rejected
+    # brute force over a grid of (A, B), both signs, from 1e-3 to 1000 in magnitude: a candidate is false
+    # exactly when its sides differ somewhere on the grid (elementwise ops: the grid is a matrix input)
+    grid = np.array([0.0, 1e-3, 0.5, 1.0, 1.5, 2.0, 30.0, 1000.0])
+    grid = np.concatenate([-grid[::-1], grid[1:]])
+    values = dict(zip("AB", np.meshgrid(grid, grid)))
+    inside = (np.abs(values["A"]) <= 1) & (np.abs(values["B"]) <= 1)
+
+    def mismatch(s: Substitution) -> np.ndarray:
+        a, b = numpy_value(s.left, values), numpy_value(s.right, values)
+        return ~np.isclose(a, b, rtol=1e-9, atol=1e-9)
+
+    candidates = result.substitutions + [s for s, _ in result.rejected]
+    assert len(candidates) == result.counts["after pruning trivial pairs"]
+    false = {str(s) for s in candidates if mismatch(s).any()}
+    assert false == rejected
+    assert result.counts["verified (random trials)"] == len(candidates) - len(false)
+    # every false candidate agreed on the fingerprints' inputs, uniform in [-1, 1]: it holds on all of [-1, 1]^2
+    assert not any(mismatch(s)[inside].any() for s, _ in result.rejected)
 
 
 def test_backtracking_finds_a_strictly_cheaper_graph_than_greedy():

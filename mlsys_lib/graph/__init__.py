@@ -10,7 +10,8 @@
 * **Rewrite rules** (:mod:`.pattern`): :class:`Rule` ``source -> target`` templates, :func:`rewrite`.
 * **Cost model** (:mod:`.cost`): per-op FLOPs and bytes on a roofline plus launch overhead.
 * **Substitution discovery** (:mod:`.discovery`, :mod:`.verify`): enumerate, fingerprint, prune,
-  verify (TASO-style), with counts per stage; :func:`verify_rule` for any rule.
+  verify (TASO-style), with counts per stage; :func:`verify_rule` for any rule, on the random
+  inputs of :func:`random_inputs` (``±10**u``, ``u`` uniform in [-3, 3]).
 * **Search** (:mod:`.search`): :func:`greedy_optimize` and TASO's :func:`backtracking_optimize` (factor α).
 """
 
@@ -28,7 +29,7 @@ from .passes import SIMPLIFICATIONS, constant_fold, cse, dce, simplify
 from .pattern import Rule, apply_rule, parse_template, rewrite
 from .search import SearchResult, backtracking_optimize, greedy_optimize
 from .show import draw_graph, format_graph
-from .verify import Verdict, verify_rule
+from .verify import Verdict, random_inputs, verify_rule
 
 __all__ = [
     "Graph", "Node", "GraphBuilder", "make_node", "OPS", "OpDef", "conv2d_reference",
@@ -37,6 +38,6 @@ __all__ = [
     "PassManager", "PassStats", "INFERENCE_PASSES",
     "Rule", "parse_template", "rewrite", "apply_rule",
     "CostModel", "OpCost", "node_flops_bytes", "traffic",
-    "discover", "Discovery", "Substitution", "enumerate_graphs", "verify_rule", "Verdict",
+    "discover", "Discovery", "Substitution", "enumerate_graphs", "verify_rule", "Verdict", "random_inputs",
     "greedy_optimize", "backtracking_optimize", "SearchResult",
 ]

@@ -4,18 +4,22 @@
    matrices, so every op applies; a variable alone is a graph of 0 ops): each new op takes its
    operands from the variables and the ops before it; a graph counts once (by its expression), only
    if every op reaches the output and no two ops are identical (that graph is listed CSE'd);
-2. **fingerprint** each graph by its output on one fixed random input in [-1, 1] (rounded, hashed).
-   Every pair of graphs with equal fingerprints is a candidate (counted); as equality is transitive,
-   each graph is kept paired only with its group's smallest graph (m - 1 candidates for a group of m
-   instead of m(m - 1)/2: any other pair follows by chaining two of these);
+2. **fingerprint** each graph by its output on one fixed random input in [-1, 1] (rounded to 6
+   decimals, hashed). Every pair of graphs with equal fingerprints is a candidate (counted); as
+   equality is transitive, each graph is kept paired only with its group's smallest graph (m - 1
+   candidates for a group of m instead of m(m - 1)/2: any other pair follows by chaining two of these).
+   A fingerprint is a hash, not a check: on [-1, 1] the values of these graphs stay small enough for
+   a fixed rounding, and a pair that agrees only there becomes a candidate that step 5 rejects;
 3. **prune renamings**: a pair that is another pair with its variables renamed (``A+B = B+A`` and
    ``B+C = C+B``) adds nothing; each pair is kept in its canonical renaming;
 4. **prune trivial pairs** (:func:`is_trivial`): pairs a smaller candidate implies (same root op with
    all operands but one identical; or TASO's *common subgraph*: a subgraph in both sides that an
    unused variable can replace), and pairs neither side of which can be a rewrite's target;
-5. **verify** the rest (:func:`~mlsys_lib.graph.verify.verify_rule`): random trials in [-2, 2] with
-   varying sizes, plus an exact check on integers when the ops allow one. This rejects candidates
-   that agree only on the fingerprint's inputs: ``relu(A + A·A) = relu(A) + A·relu(A)`` holds for |A| <= 1.
+5. **verify** the rest (:func:`~mlsys_lib.graph.verify.verify_rule`): random trials on inputs ``±10**u``,
+   ``u`` uniform in [-3, 3] (:func:`~mlsys_lib.graph.verify.random_inputs`: near 0, around ±1 and
+   large, both signs), with varying sizes, plus an exact check on integers when the ops allow one. This
+   rejects candidates that agree only on the fingerprint's inputs: ``relu(A + A·A) = relu(A) + A·relu(A)``
+   holds for A >= -1, so on all of [-1, 1], and fails for A < -1.
 
 The counts per stage are reproducible for a given seed. Each verified pair gives rewrite rules
 (:meth:`Substitution.rules`, :meth:`Discovery.rules`) for the cost-based search.
