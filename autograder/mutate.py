@@ -397,6 +397,16 @@ def _silence() -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")
 
 
+def _forget_forkserver() -> None:
+    """In a forked child: forget the parent's multiprocessing fork server, if the notebook started one
+    (Lab 7's simulated ranks do), so that the child starts its own. Otherwise ``ensure_running``
+    calls ``waitpid`` on a process that is not the child's and fails with ChildProcessError."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is not None:
+        server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
+
+
 def _fork(key: str, task: Callable[[], dict]) -> _Child:
     """Run ``task`` in a forked child, in a process group of its own, silenced; its JSON result comes
     back on one line of a pipe."""
@@ -410,6 +420,7 @@ def _fork(key: str, task: Callable[[], dict]) -> _Child:
             os.setpgid(0, 0)
             os.close(read_fd)
             _silence()
+            _forget_forkserver()
             message = memoryview((json.dumps(task()) + "\n").encode())
             while message:
                 message = message[os.write(write_fd, message):]
