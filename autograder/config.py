@@ -118,7 +118,8 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     c = paths_config(root, release_dir)
     # Everything a student needs is in the notebook; do not copy stray files of the source folder.
     c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
-                                "references.txt"]  # the lab's guarded references (autograder/references.py)
+                                "references.txt",  # the lab's guarded references (autograder/references.py)
+                                "equivalent_mutants.txt"]  # the instructor's mutation-testing notes (autograder/mutate.py)
     c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
     # nbgrader's list, with an Execute that reports kernel deaths, then the sanitizer that makes the
     # autograded copy (rendered by Formgrader and JupyterLab) run nothing a student's code printed.
