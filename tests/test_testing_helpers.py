@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from mlsys_lib.testing import ReferenceUsedError, assert_loops_only, numpy_view, reference_guard
+from mlsys_lib.testing import ReferenceUsedError, assert_loops_only, numpy_view, reference_guard, reference_parts
 
 
 def reference(x):
@@ -49,6 +49,39 @@ def test_guard_restores_after_an_error_inside():
         with reference_guard(reference):
             raise KeyError("boom")
     assert reference(1) == 2
+
+
+def _notebook(source):
+    """The functions a notebook's cells define, in a namespace of their own (as a kernel's user namespace)."""
+    namespace = {}
+    exec(compile(source, "<notebook>", "exec"), namespace)
+    return namespace
+
+
+def test_reference_parts_grade_b_on_the_reference_a_and_restore():
+    nb = _notebook("def part(x):\n    return x - 1  # the student's wrong part\n"
+                   "def whole(x):\n    return 10 * part(x)\n")
+    wrong_part = nb["part"]
+    assert nb["whole"](1) == 0
+    with reference_parts(nb["whole"], part=reference):
+        assert nb["whole"](1) == 20, "the whole is graded on the reference part"
+        with reference_guard(reference):  # a direct call of the reference stays caught
+            assert nb["whole"](1) == 20
+            with pytest.raises(ReferenceUsedError):
+                reference(1)
+    assert nb["part"] is wrong_part and nb["whole"](1) == 0
+
+
+def test_reference_parts_restore_after_an_error_and_remove_what_was_absent():
+    nb = _notebook("def whole(x):\n    return helper(x)\n")
+    with pytest.raises(ZeroDivisionError):
+        with reference_parts(nb["whole"], helper=reference):
+            assert nb["whole"](1) == 2
+            1 / 0
+    assert "helper" not in nb
+    with pytest.raises(TypeError, match="Python function"):
+        with reference_parts(len, helper=reference):
+            pass
 
 
 def test_guard_refuses_compiled_kernels():

@@ -4,6 +4,10 @@
 exercise it wraps the calls in ``with reference_guard(ref, ...):``; inside, each reference raises
 :class:`ReferenceUsedError`. The guard swaps the function's *code object*, so it also catches an
 answer that imported the reference under another name before the test ran.
+
+When exercise B builds on exercise A (``compact`` calls ``compact_strides``), B's tests grade B on
+the *reference* A with ``with reference_parts(compact, compact_strides=T.compact_strides):``, so a
+mistake in A costs A's points once and not B's as well.
 """
 
 from __future__ import annotations
@@ -64,3 +68,44 @@ def reference_guard(*references: Callable) -> Iterator[None]:
     finally:
         for func, code in zip(functions, saved):
             func.__code__ = code
+
+
+def _working_copy(reference: Callable) -> Callable:
+    """A copy of ``reference`` holding its code now, so a ``reference_guard`` entered later spares it."""
+    func = getattr(reference, "__func__", reference)
+    if not isinstance(func, types.FunctionType):
+        return reference
+    copy = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
+    copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = func.__kwdefaults__, func.__qualname__, func.__doc__
+    copy.__module__ = func.__module__
+    return copy
+
+
+@contextlib.contextmanager
+def reference_parts(answer: Callable, **parts: Callable) -> Iterator[None]:
+    """Inside the block, the global names ``answer`` calls (other exercises' answers) are the given references.
+
+    ``answer`` is the function under test; ``parts`` maps the names of the exercises it builds on to
+    the library's references for them. The names are set in ``answer``'s module globals (the
+    notebook's namespace) and put back afterwards, also when the block raises; a name the notebook
+    did not define is removed again. Each reference is replaced by a copy made on entry, so a
+    ``reference_guard`` inside the block, which may guard the same reference against *direct* calls,
+    leaves the copy working. Example::
+
+        with reference_parts(compact, compact_strides=T.compact_strides):
+            y = compact(x)   # the student's compact, on the library's compact_strides
+    """
+    namespace = getattr(getattr(answer, "__func__", answer), "__globals__", None)
+    if namespace is None:
+        raise TypeError(f"reference_parts needs a Python function to grade, not {type(answer).__name__}: {answer!r}")
+    missing = object()
+    saved = {name: namespace.get(name, missing) for name in parts}
+    try:
+        namespace.update({name: _working_copy(part) for name, part in parts.items()})
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
