@@ -57,9 +57,20 @@ def _cmd_bundle(args) -> int:
     return 0
 
 
+def _report_claims(rendered) -> None:
+    """Print each lecture's measured claims; warn about those this machine contradicts."""
+    for lecture, holds, line in rendered.claims:
+        print(f"{lecture}: {line}")
+    for lecture, _, line in rendered.contradicted:
+        print(f"warning: {lecture}'s figure contradicts its text on this machine ({line[len('claim '):]})",
+              file=sys.stderr)
+
+
 def _cmd_figures(args) -> int:
-    for figure in render_lectures(args.lectures or None):
+    rendered = render_lectures(args.lectures or None)
+    for figure in rendered.figures:
         print(f"figure {figure}")
+    _report_claims(rendered)
     return 0
 
 
@@ -101,8 +112,9 @@ def _cmd_all(args) -> int:
         table, good = grade_samples(lab, root)
         ok &= good
         print(f"{lab}: sample submissions\n{table}")
-    figures = render_lectures()
-    print(f"lecture figures: {len(figures)} written to lectures/figures/")
+    rendered = render_lectures()
+    print(f"lecture figures: {len(rendered.figures)} written to lectures/figures/")
+    _report_claims(rendered)
     print(f"grades: {root / 'grades.csv'}   feedback: {root / 'feedback'}")
     print("course OK" if ok else "course BROKEN: a sample scored as it must not")
     return 0 if ok else 1
