@@ -82,6 +82,19 @@ def _cmd_mutate(args) -> int:
     return 0 if report.passed(args.min_score) else 1
 
 
+def _cmd_fixtures(args) -> int:
+    ok = True
+    for lab in args.labs or lab_names():
+        for check in samples.check_wrong_answers(lab, jobs=args.jobs):
+            lost = check.problem or ", ".join(sorted(check.lost)) or "nothing"
+            notes = [] if check.ok else [f"lost {lost}, must lose {', '.join(check.wrong.loses)}"]
+            if check.cascades:
+                notes.append(f"charges another exercise's tests too: {', '.join(sorted(check.cascades))}")
+            ok &= not notes
+            print(f"{'FAIL' if notes else 'ok  '} {lab} {check.wrong.name}" + "".join(f"\n       {n}" for n in notes))
+    return 0 if ok else 1
+
+
 def grade_samples(lab: str, root: Path) -> tuple[str, bool]:
     """Grade the lab's sample submissions; return the table and whether each scored as it must."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("lab")
     p.add_argument("dest")
     p.set_defaults(run=_cmd_samples)
+    p = sub.add_parser("fixtures", help="run each wrong-answer fixture (fast, by forking): it must lose exactly "
+                                        "its 'loses:' tests, all of the exercises it replaces")
+    p.add_argument("labs", nargs="*")
+    p.add_argument("--jobs", type=int, default=2, help="fixtures run at once (default 2)")
+    p.set_defaults(run=_cmd_fixtures)
     p = sub.add_parser("references", help="record which library functions each lab's tests guard, "
                                           "into solutions/<lab>/references.txt")
     p.add_argument("labs", nargs="*")

@@ -550,18 +550,18 @@ def _killers(outcomes: dict[str, str | None], baseline: dict[str, str | None]) -
     return [test for test, error in outcomes.items() if error is not None and baseline.get(test) is None]
 
 
-def _run_suffix(cells: list[Cell], exercise: Exercise, answer: str, namespace: dict,
-                baseline: dict[str, str | None] | None) -> dict:
-    """(In a child.) Run ``answer`` in place of the exercise's cell, then the cells after it; return
-    ``{"tests": {test grade_id: None or the error}}``. With a ``baseline``, stop once the mutant is
-    killed and the exercise's own tests have run."""
+def _run_suffix(cells: list[Cell], start: int, answers: dict[int, str], namespace: dict,
+                baseline: dict[str, str | None] | None = None, own_end: int = 0) -> dict:
+    """(In a child.) Run the cells from ``cells[start]`` on, ``answers[i]`` in place of ``cells[i]``;
+    return ``{"tests": {test grade_id: None or the error}}``. With a ``baseline``, stop once the
+    answer is killed and the cells before ``cells[own_end]`` (the exercise's own tests) have run."""
     outcomes: dict[str, str | None] = {}
-    for index in range(exercise.start, len(cells)):
+    for index in range(start, len(cells)):
         cell = cells[index]
-        error = _execute(answer if index == exercise.start else cell.source, cell, namespace)
+        error = _execute(answers.get(index, cell.source), cell, namespace)
         if cell.kind == "test":
             outcomes[cell.name] = error
-        if baseline is not None and index >= exercise.end - 1 and _killers(outcomes, baseline):
+        if baseline is not None and index >= own_end - 1 and _killers(outcomes, baseline):
             break
     return {"tests": outcomes}
 
@@ -640,7 +640,7 @@ def _mutate_exercise(cells: list[Cell], exercise: Exercise, mutants: list[Mutant
     result = ExerciseResult(exercise.grade_id, original, exercise.own_tests(cells))
 
     def run(answer: str, baseline: dict | None = None) -> Callable[[], dict]:
-        return lambda: _run_suffix(cells, exercise, answer, namespace, baseline)
+        return lambda: _run_suffix(cells, exercise.start, {exercise.start: answer}, namespace, baseline, exercise.end)
 
     base = run_forked({"baseline": run(original)}, jobs=1, timeout=BASELINE_TIMEOUT)["baseline"]
     if base.payload is None:
@@ -693,6 +693,39 @@ def mutate_notebook(path: Path, *, edition: str | None = None, equivalents: Path
             if exercise == e.grade_id:
                 break
     return Report(path, results, sorted(set(listed) - known))
+
+
+def failing_tests(path: Path, variants: dict[str, dict[str, str]], *, edition: str | None = None,
+                  timeout: float = BASELINE_TIMEOUT, jobs: int = 2) -> dict[str, set[str] | str]:
+    """The graded test cells each variant of the notebook fails, found by forking (fast).
+
+    A *variant* (a wrong-answer fixture) replaces some answer cells: ``{grade_id: source}``. Each runs
+    in a child forked just before its first replaced cell, from there to the end; the tests before it
+    are taken to pass, as with the reference answers. Returns name -> the failing tests' grade_ids,
+    or what went wrong ("timed out", "exit status 1") when the child gave no answer.
+    """
+    cells = read_cells(path)
+    index = {cell.grade_id: i for i, cell in enumerate(cells) if cell.kind == "answer"}
+    transform = TransformerManager().transform_cell
+    runs: dict[int, dict[str, dict[int, str]]] = {}  # first replaced cell -> variant -> answers
+    for name, answers in variants.items():
+        unknown = sorted(set(answers) - set(index))
+        if unknown or not answers:
+            raise ValueError(f"variant {name!r} replaces no answer cell of {path.name}: {unknown or 'nothing'}")
+        replaced = {index[grade_id]: transform(source) for grade_id, source in answers.items()}
+        runs.setdefault(min(replaced), {})[name] = replaced
+    results: dict[str, set[str] | str] = {}
+    with _notebook_process(edition) as namespace:
+        done = 0
+        for start in sorted(runs):
+            _run_quietly(cells[done:start], namespace)
+            done = start
+            tasks = {name: (lambda start=start, answers=answers: _run_suffix(cells, start, answers, namespace))
+                     for name, answers in runs[start].items()}
+            for name, outcome in run_forked(tasks, jobs=jobs, timeout=timeout).items():
+                results[name] = (outcome.problem if outcome.payload is None else
+                                 {test for test, error in outcome.payload["tests"].items() if error is not None})
+    return results
 
 
 def mutate_lab(lab: str, *, library: bool = False, **options) -> Report:

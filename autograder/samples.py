@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import mutate
 from .paths import FIXTURES, LABS, SOLUTIONS
 
 SECTION = re.compile(r"^# %% grade_id=(?P<grade_id>\S+)\s*$", re.MULTILINE)
@@ -100,10 +101,10 @@ def fill(release: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.No
     return notebook
 
 
-def build_samples(lab: str, dest: Path) -> dict[str, WrongAnswer | None]:
+def build_samples(lab: str, dest: Path, *, wrong: int | None = None) -> dict[str, WrongAnswer | None]:
     """Write ``dest/<student>/<lab>.ipynb`` for every sample; returns student -> its wrong answer.
 
-    ``solution`` and ``blank`` map to ``None``.
+    ``solution`` and ``blank`` map to ``None``. ``wrong``: only the first that many fixtures (by name).
     """
     release_path = LABS / lab / f"{lab}.ipynb"
     release = nbformat.read(release_path, as_version=4)
@@ -112,9 +113,44 @@ def build_samples(lab: str, dest: Path) -> dict[str, WrongAnswer | None]:
         "solution": (fill(release, full), None),
         "blank": (release, None),
     }
-    for wrong in wrong_answers(lab):
-        samples[f"wrong_{wrong.name}"] = (fill(release, {**full, **wrong.cells}), wrong)
+    for fixture in wrong_answers(lab)[:wrong]:
+        samples[f"wrong_{fixture.name}"] = (fill(release, {**full, **fixture.cells}), fixture)
     for student, (notebook, _) in samples.items():
         (dest / student).mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, dest / student / f"{lab}.ipynb")
     return {student: wrong for student, (_, wrong) in samples.items()}
+
+
+@dataclass
+class FixtureCheck:
+    """What a wrong-answer fixture lost when run, against what it must lose."""
+
+    wrong: WrongAnswer
+    lost: set[str] | None        # the failing test cells; None when the run gave no answer
+    problem: str | None          # "timed out", "exit status 1", ...
+    own_tests: set[str]          # the test cells of the exercises it replaces: all it may lose
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == set(self.wrong.loses)
+
+    @property
+    def cascades(self) -> set[str]:
+        """Tests of *other* exercises it must lose: one mistake charged twice."""
+        return set(self.wrong.loses) - self.own_tests
+
+
+def check_wrong_answers(lab: str, *, jobs: int = 2) -> list[FixtureCheck]:
+    """Run every wrong-answer fixture of ``lab`` by forking from the solution notebook (seconds, not the
+    minutes of grading each through nbgrader; ``make course`` does that) on the lab's grading edition."""
+    notebook = SOLUTIONS / lab / f"{lab}.ipynb"
+    wrongs = wrong_answers(lab)
+    outcomes = mutate.failing_tests(notebook, {w.name: w.cells for w in wrongs}, edition=lab, jobs=jobs)
+    cells = mutate.read_cells(notebook)
+    own = {e.grade_id: set(e.own_tests(cells)) for e in mutate.find_exercises(cells)}
+    checks = []
+    for wrong in wrongs:
+        outcome = outcomes[wrong.name]
+        lost, problem = (None, outcome) if isinstance(outcome, str) else (outcome, None)
+        checks.append(FixtureCheck(wrong, lost, problem, set().union(*(own[g] for g in wrong.cells))))
+    return checks

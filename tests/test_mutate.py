@@ -11,8 +11,8 @@ import nbformat
 import pytest
 
 from autograder import cli, mutate, paths
-from autograder.mutate import (EQUIVALENT, KILLED, SURVIVED, TIMED_OUT, format_report, generate_mutants,
-                               mutate_notebook, run_forked, select_mutants)
+from autograder.mutate import (EQUIVALENT, KILLED, SURVIVED, TIMED_OUT, failing_tests, format_report,
+                               generate_mutants, mutate_notebook, run_forked, select_mutants)
 
 CLAMP = '''def clamp(x, lo, hi):
     """x limited to [lo, hi]."""
@@ -285,6 +285,22 @@ def test_the_report_shows_each_survivor_with_its_diff(tiny):
 def test_the_prefix_runs_once(tiny):
     _, folder, _ = tiny
     assert (folder / "prefix.log").read_text() == "prefix ran\n"
+
+
+def test_failing_tests_of_hand_written_variants(tmp_path):
+    path = write_notebook(tmp_path)
+    clip_never = CLAMP_NO_UPPER_CLIP
+    found = failing_tests(path, {"no_upper_clip": {"clamp": clip_never},
+                                 "count_forgets_clamp": {"count_up": COUNT_UP.replace("clamp(i, 0, limit)", "i")},
+                                 "both": {"clamp": clip_never, "count_up": COUNT_UP_NO_INCREMENT},
+                                 "right": {"count_up": COUNT_UP}}, timeout=2.0)
+    assert found["no_upper_clip"] == {"test_count_up"}, "every later test runs, not only the exercise's own"
+    assert found["count_forgets_clamp"] == {"test_count_up"}
+    assert found["both"] == "timed out"
+    assert found["right"] == set()
+    assert (tmp_path / "prefix.log").read_text() == "prefix ran\n", "the prefix ran once, children forked from it"
+    with pytest.raises(ValueError, match="no answer cell"):
+        failing_tests(path, {"typo": {"clammp": CLAMP}})
 
 
 def test_a_failing_baseline_stops_the_exercise(tmp_path):

@@ -1,7 +1,9 @@
 """The whole nbgrader path of a lab: release, check, collect, autograde, feedback, grades, bundle.
 
-Slow: every graded submission runs a real Jupyter kernel through nbgrader. What students do to
-the grader (copied cells, other kernels, broken files, attacks) is in test_adversarial.py.
+Slow: every graded submission runs a real Jupyter kernel through nbgrader, so each lab grades its
+solution, its blank and the first WRONG of its wrong-answer fixtures here; test_fixtures.py runs all
+of them (fast, by forking) and ``make course`` grades all of them through nbgrader. What students do
+to the grader (copied cells, other kernels, broken files, attacks) is in test_adversarial.py.
 """
 
 import csv
@@ -17,11 +19,14 @@ from feedback_check import hidden_lines, leaked_lines
 
 pytestmark = pytest.mark.slow
 
+#: Wrong-answer fixtures per lab graded through nbgrader here.
+WRONG = 2
+
 @pytest.fixture(scope="module", params=lab_names())
 def graded(request, course_root, tmp_path_factory):
     lab = request.param
     folder = tmp_path_factory.mktemp(f"submissions_{lab}")
-    expected = samples.build_samples(lab, folder)
+    expected = samples.build_samples(lab, folder, wrong=WRONG)
     results = course.grade(lab, folder, root=course_root, log=lambda message: None)
     return lab, {r.student: r for r in results}, expected, course_root
 
@@ -36,7 +41,7 @@ def test_solution_scores_full_marks_and_blank_scores_zero(graded):
 def test_each_wrong_answer_loses_exactly_its_tests(graded):
     lab, results, expected, _ = graded
     wrongs = {student: wrong for student, wrong in expected.items() if wrong is not None}
-    assert len(wrongs) >= 2
+    assert len(wrongs) == WRONG
     for student, wrong in wrongs.items():
         result = results[student]
         lost = {name for name, (score, maximum) in result.exercises.items() if score < maximum}
