@@ -20,7 +20,7 @@ from feedback_check import hidden_lines, leaked_lines
 pytestmark = pytest.mark.slow
 
 #: Wrong-answer fixtures per lab graded through nbgrader here.
-WRONG = 2
+WRONG = 1
 
 @pytest.fixture(scope="module", params=lab_names())
 def graded(request, course_root, tmp_path_factory):
