@@ -98,9 +98,9 @@ def test_committed_release_is_what_nbgrader_generates(lab, tmp_path):
             assert marker not in text, f"{path} contains {marker}"
 
 
-@pytest.mark.parametrize("lab", lab_names())
-def test_check_solutions_pass_and_releases_fail(lab, course_root):
-    results = course.check([lab], root=course_root)
+def test_check_solutions_pass_and_releases_fail(course_root):
+    # `mlsys course check` on one lab: every lab's solution and blank are graded above already.
+    results = course.check(["lab04_memory"], root=course_root)
     assert len(results) == 2
     assert all(r.ok for r in results), [(str(r.notebook), r.detail) for r in results]
 
