@@ -26,8 +26,9 @@ from typing import Callable
 import nbformat
 
 LAB = "lab01_tensors"
-STRIDES_TESTS = ["test_compact_strides", "test_compact_strides_hidden", "test_compact", "test_compact_hidden"]
-POSITION_TESTS = ["test_index_to_position", "test_index_to_position_hidden", "test_compact", "test_compact_hidden"]
+# compact's tests run on the library's compact_strides and index_to_position: a wrong one costs once.
+STRIDES_TESTS = ["test_compact_strides", "test_compact_strides_hidden"]
+POSITION_TESTS = ["test_index_to_position", "test_index_to_position_hidden"]
 MATMUL_TESTS = ["test_matmul_tiled", "test_matmul_tiled_hidden"]
 WRONG_STRIDES = "def compact_strides(shape):\n    return ()\n"
 #: Printed by the attacks that reach a secret; must appear in no feedback and no autograded notebook.
