@@ -393,9 +393,15 @@ CASES = [
                         "threading.Thread(target=_restore, daemon=True).start()\n" + VIA_LIBRARY),
          loses=STRIDES_TESTS, flagged="thread"),
     Case("clones_reference_code", "clones the reference's code object into a new function before the test",
+         replace_answer("broadcast_to", "import types\nfrom mlsys_lib.tensor import NDArray as _A\n"
+                        "broadcast_to = types.FunctionType(_A.broadcast_to.__code__, _A.broadcast_to.__globals__)\n"),
+         loses=["test_broadcast_to", "test_broadcast_to_hidden"], flagged="code of the library function"),
+    # A reference that later tests need (kept working in the grading edition: compact is graded on the
+    # library's compact_strides) can be cloned before its own test: only the flag tells the instructor.
+    Case("clones_kept_reference", "clones a reference the grading edition keeps: full marks, but flagged",
          replace_answer("compact_strides", "import types, mlsys_lib.tensor as _T\n"
                         "compact_strides = types.FunctionType(_T.compact_strides.__code__, _T.compact_strides.__globals__)\n"),
-         loses=STRIDES_TESTS, flagged="code of the library function"),
+         full=True, flagged="code of the library function"),
     Case("calls_compiled_kernel", "calls the library's compiled tiled-matmul kernel behind the guarded wrapper",
          replace_answer("matmul_tiled", "import numpy as np\nfrom numba import njit\nimport mlsys_lib.tensor.matmul as _M\n"
                         "def matmul_tiled(A, B, tile):\n    C = np.zeros((A.shape[0], B.shape[1]), dtype=A.dtype)\n"
