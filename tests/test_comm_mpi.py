@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from mlsys_lib.comm import ProcessGroup, RankFailedError, data_parallel_sgd, launch, sgd
+from mlsys_lib.comm import ProcessGroup, RankFailedError, UnfinishedRequestError, data_parallel_sgd, launch, sgd
 from mlsys_lib.comm.mpi import find_mpiexec
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or find_mpiexec() is None,
@@ -57,6 +57,27 @@ def test_failure_on_mpi_names_the_rank():
     assert info.value.rank == 1
     assert isinstance(info.value.exception, ZeroDivisionError)
     assert str(info.value).startswith("rank 1 raised: ZeroDivisionError: rank 1 divides by zero")
+
+
+def ring_then_forget(g: ProcessGroup, forget: bool) -> list:
+    """A ring shift (isend first) under synchronous sends; with ``forget``, rank 1 leaves an isend unwaited."""
+    p, r = g.world_size, g.rank
+    sending = g.isend(np.full(1000, float(r)), (r + 1) % p)
+    got = g.recv((r - 1) % p)
+    sending.wait()
+    if forget and r == 1:
+        g.isend(np.ones(2), 0, tag=3)
+    elif forget and r == 0:
+        g.recv(1, tag=3)
+    return [float(got[0]), g.protocol]
+
+
+def test_rendezvous_protocol_and_unfinished_requests_on_mpi():
+    assert launch(ring_then_forget, 3, backend="mpi", args=(False,), protocol="rendezvous", timeout=120) == [
+        [2.0, "rendezvous"], [0.0, "rendezvous"], [1.0, "rendezvous"]]
+    with pytest.raises(RankFailedError) as info:
+        launch(ring_then_forget, 3, backend="mpi", args=(True,), protocol="rendezvous", timeout=120)
+    assert info.value.rank == 1 and isinstance(info.value.exception, UnfinishedRequestError)
 
 
 STUDENT_SCRIPT = '''

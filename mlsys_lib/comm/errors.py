@@ -7,6 +7,11 @@
   carries every rank's outcome in ``failures``.
 * :class:`CollectiveMismatchError` is raised on *every* rank of a collective whose ranks passed
   arguments that do not fit together (shapes, dtypes, root, op, algorithm, or different collectives).
+* :class:`DeadlockError` is raised by ``launch`` (sim backend) when every rank still running is
+  blocked in a send, receive or barrier that no other rank can ever complete; it names each rank
+  and what it waits for.
+* :class:`UnfinishedRequestError` is raised inside a rank whose function returned while a request
+  of ``isend``/``irecv`` was never waited on (MPI calls that erroneous), and so fails the launch.
 """
 
 from __future__ import annotations
@@ -30,6 +35,24 @@ class CollectiveMismatchError(ValueError):
 
 class LaunchTimeoutError(CommError, TimeoutError):
     """``launch`` ran past its timeout; the ranks still running were stopped."""
+
+
+class DeadlockError(CommError):
+    """Every rank still running waits for another one that can never act: ``launch`` stopped them.
+
+    ``waits`` maps each blocked rank to what it waits for (as in the message).
+    """
+
+    def __init__(self, message: str, waits: dict[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.waits: dict[int, str] = dict(waits or {})
+
+    def __reduce__(self):  # picklable with its waits
+        return (type(self), (str(self), self.waits))
+
+
+class UnfinishedRequestError(CommError):
+    """A rank's function returned while requests of ``isend``/``irecv`` were never waited on."""
 
 
 @dataclass(frozen=True)

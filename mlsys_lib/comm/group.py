@@ -13,11 +13,18 @@ The clock (seconds of the :class:`~mlsys_lib.comm.cost.CostModel`, not wall time
 * a receive moves the clock to ``max(clock, arrival)``, ``arrival = max(s, end of this rank's
   previous receive) + α + nβ`` (one message at a time on the way in, in the order received);
 * ``reduce_local`` of n bytes adds ``nγ``; ``barrier`` and the agreement checks cost nothing.
+
+The clock is the same under both send protocols (:data:`PROTOCOLS`): "eager", where a send
+completes at once (the payload is buffered), and "rendezvous", where it completes only once the
+receiver has posted the matching ``recv``/``irecv`` (MPI's synchronous send, what MPI does with
+large messages). Every request of ``isend``/``irecv`` must be waited on before the rank's function
+returns (:meth:`ProcessGroup.check_finished`, which ``launch`` calls).
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,10 +34,12 @@ import numpy as np
 from . import collectives
 from .blocks import as_array
 from .cost import CostModel
+from .errors import UnfinishedRequestError
 from .ops import check_op, combine
 
 MAX_TAG = 16383
 COLLECTIVE_CHANNEL = 1  # the collectives' messages never match a user's send/recv (channel 0)
+PROTOCOLS = ("eager", "rendezvous")  # when a send completes: at once, or once its receive is posted
 
 Header = tuple[str, tuple[int, ...], float]  # (dtype.str, shape, send time in clock seconds)
 
@@ -47,16 +56,19 @@ class Incoming(Protocol):
 class Transport(Protocol):
     """What a backend provides: ordered point-to-point messages between ranks, and an object all-gather.
 
-    Messages between one pair of ranks on one ``key`` = (channel, tag) arrive in the order sent.
+    Messages between one pair of ranks on one ``key`` = (channel, tag) arrive in the order sent, and
+    match the receives in the order these were started. ``protocol`` is one of :data:`PROTOCOLS`.
     """
 
     rank: int
     world_size: int
     name: str
+    protocol: str
 
     def start_send(self, payload: np.ndarray, dst: int, key: tuple[int, int],
                    header: Header) -> Callable[[], None]:
-        """Start sending the C-contiguous ``payload``; the returned function waits until it is sent."""
+        """Start sending the C-contiguous ``payload``; the returned function waits until it is sent
+        (under "rendezvous": until ``dst`` has started the receive that matches it)."""
 
     def start_recv(self, src: int, key: tuple[int, int]) -> Callable[[], Incoming]:
         """Start receiving the next message from ``src`` on ``key``; the function waits for it."""
@@ -116,6 +128,8 @@ class ProcessGroup:
         self.cost: CostModel = cost if cost is not None else CostModel()
         self._channel = 0
         self._trace = Trace()
+        self._pending: dict[int, str] = {}  # requests not waited on yet, shared with the collectives' view
+        self._request_ids = itertools.count()
         # The collectives run on a view with the same transport, clock and counters, on their own channel.
         collective = copy.copy(self)
         collective._channel = COLLECTIVE_CHANNEL
@@ -137,6 +151,11 @@ class ProcessGroup:
     def backend(self) -> str:
         """"sim" or "mpi"."""
         return self._transport.name
+
+    @property
+    def protocol(self) -> str:
+        """When a send completes: "eager" (at once) or "rendezvous" (once its receive is posted)."""
+        return getattr(self._transport, "protocol", "eager")
 
     @property
     def clock(self) -> float:
@@ -181,11 +200,41 @@ class ProcessGroup:
             raise ValueError(f"tag must be an int in 0..{MAX_TAG}, got {tag!r}")
         return (self._channel, int(tag))
 
+    def _request(self, finish: Callable[[], np.ndarray | None], description: str) -> Request:
+        """A Request for ``finish``, listed as unfinished (``description``) until it is waited on."""
+        pending, key = self._pending, next(self._request_ids)
+        pending[key] = description
+
+        def tracked() -> np.ndarray | None:
+            pending.pop(key, None)
+            return finish()
+        return Request(tracked)
+
+    def _where(self, tag: int) -> str:
+        return f"tag {tag}" + (", inside a collective" if self._channel == COLLECTIVE_CHANNEL else "")
+
+    def unfinished_requests(self) -> list[str]:
+        """The requests of :meth:`isend`/:meth:`irecv` not waited on yet, described, oldest first."""
+        return list(self._pending.values())
+
+    def check_finished(self) -> None:
+        """Raise :class:`UnfinishedRequestError` if a request of isend/irecv was never waited on.
+
+        ``launch`` calls it when the rank's function returns: like MPI, every request must be
+        completed (a send not waited on may not have left, a receive not waited on was lost).
+        """
+        unfinished = self.unfinished_requests()
+        if unfinished:
+            raise UnfinishedRequestError(
+                f"rank {self.rank} returned with {len(unfinished)} request(s) never waited on: "
+                f"{'; '.join(unfinished)}. Call .wait() on every request that isend/irecv return "
+                f"before the function returns")
+
     def isend(self, x: np.ndarray, dst: int, tag: int = 0) -> Request:
         """Start sending array ``x`` (any shape and numeric dtype) to rank ``dst``; returns a Request.
 
         Do not write to ``x`` before ``wait()``: the sim backend copies it at once, but the MPI
-        backend reads it until then.
+        backend reads it until then. Every request must be waited on before the function returns.
         """
         self._check_peer(dst, "dst")
         key = self._key(tag)
@@ -200,10 +249,14 @@ class ProcessGroup:
         def finish() -> None:
             wait_sent()
             trace.clock = max(trace.clock, done)
-        return Request(finish)
+        return self._request(finish, f"isend to rank {dst} ({self._where(tag)}, {payload.nbytes} bytes)")
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
-        """Send array ``x`` to rank ``dst`` (``isend(x, dst, tag).wait()``)."""
+        """Send array ``x`` to rank ``dst`` (``isend(x, dst, tag).wait()``).
+
+        Under the "rendezvous" protocol it returns only once ``dst`` has started the matching
+        receive: two ranks that both send to each other before receiving deadlock, as on MPI.
+        """
         self.isend(x, dst, tag).wait()
 
     def irecv(self, src: int, out: np.ndarray | None = None, tag: int = 0) -> Request:
@@ -232,7 +285,7 @@ class ProcessGroup:
             trace.clock = max(trace.clock, arrival)
             trace.bytes_received += buf.nbytes
             return buf
-        return Request(finish)
+        return self._request(finish, f"irecv from rank {src} ({self._where(tag)})")
 
     def recv(self, src: int, out: np.ndarray | None = None, tag: int = 0) -> np.ndarray:
         """Receive the next array from rank ``src`` (``irecv(src, out, tag).wait()``)."""

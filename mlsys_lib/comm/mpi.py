@@ -13,8 +13,10 @@ caller's ``sys.path``, as multiprocessing's children do, so ``fn`` may come from
 
 Each message is a small pickled header (dtype, shape, send time) followed by the payload as raw
 bytes; user messages and the collectives' own messages use separate duplicated communicators.
-Large blocking sends may wait for the matching receive (as in MPI): use ``isend`` in rings.
-A rank whose ``fn`` raises prints its traceback and calls ``MPI_Abort``, which ends every rank.
+Large blocking sends may wait for the matching receive (as in MPI): use ``isend`` in rings; with
+``protocol="rendezvous"`` every send does (``MPI_Issend``), as under the sim backend (a deadlock
+then shows as the timeout: MPI cannot tell). A rank whose ``fn`` raises, or returns with a request
+it never waited on, prints its traceback and calls ``MPI_Abort``, which ends every rank.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 
 from .cost import CostModel
 from .errors import Failure, LaunchTimeoutError, RankFailedError
-from .group import Header, ProcessGroup
+from .group import PROTOCOLS, Header, ProcessGroup
 
 _MPIEXEC_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
 _ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -71,7 +73,10 @@ class MpiTransport:
 
     name = "mpi"
 
-    def __init__(self, comm: Any) -> None:
+    def __init__(self, comm: Any, protocol: str = "eager") -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        self.protocol = protocol
         self.rank, self.world_size = comm.Get_rank(), comm.Get_size()
         self._channels = {0: comm.Dup(), 1: comm.Dup()}
         self._control = comm.Dup()
@@ -81,8 +86,12 @@ class MpiTransport:
         MPI = import_mpi()
         channel, tag = key
         comm = self._channels[channel]
-        requests = [comm.isend(header, dest=dst, tag=2 * tag),
-                    comm.Isend([payload.reshape(-1).view(np.uint8), MPI.BYTE], dest=dst, tag=2 * tag + 1)]
+        if self.protocol == "rendezvous":  # synchronous sends: complete once the receive has matched
+            requests = [comm.issend(header, dest=dst, tag=2 * tag),
+                        comm.Issend([payload.reshape(-1).view(np.uint8), MPI.BYTE], dest=dst, tag=2 * tag + 1)]
+        else:
+            requests = [comm.isend(header, dest=dst, tag=2 * tag),
+                        comm.Isend([payload.reshape(-1).view(np.uint8), MPI.BYTE], dest=dst, tag=2 * tag + 1)]
         return lambda: MPI.Request.Waitall(requests)
 
     def start_recv(self, src: int, key: tuple[int, int]) -> Callable[[], MpiIncoming]:
@@ -102,18 +111,20 @@ def under_mpiexec() -> bool:
     return any(v in os.environ for v in _MPIEXEC_ENV_VARS)
 
 
-def mpi_group(cost: CostModel | None = None) -> ProcessGroup:
+def mpi_group(cost: CostModel | None = None, protocol: str = "eager") -> ProcessGroup:
     """This rank's group over ``MPI.COMM_WORLD`` (call it once, on every rank, under mpiexec)."""
-    return ProcessGroup(MpiTransport(import_mpi().COMM_WORLD), cost)
+    return ProcessGroup(MpiTransport(import_mpi().COMM_WORLD, protocol), cost)
 
 
-def _run_under_mpiexec(fn: Callable[..., Any], world_size: int, args: Sequence[Any], cost: CostModel) -> list[Any]:
-    group = mpi_group(cost)
+def _run_under_mpiexec(fn: Callable[..., Any], world_size: int, args: Sequence[Any], cost: CostModel,
+                       protocol: str = "eager") -> list[Any]:
+    group = mpi_group(cost, protocol)
     if group.world_size != world_size:
         raise ValueError(f"launch(world_size={world_size}) runs under mpiexec with {group.world_size} ranks: "
                          f"start it with mpiexec -n {world_size}")
     try:
         result = fn(group, *args)
+        group.check_finished()
     except BaseException:  # noqa: BLE001 - one failed rank ends them all
         sys.stderr.write(f"rank {group.rank} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
@@ -154,10 +165,10 @@ def _died_rank(stderr: str) -> int | None:
 
 
 def _launch_mpiexec(fn: Callable[..., Any], world_size: int, args: Sequence[Any], timeout: float,
-                    cost: CostModel) -> list[Any]:
+                    cost: CostModel, protocol: str = "eager") -> list[Any]:
     with tempfile.TemporaryDirectory(prefix="mlsys_mpi_") as tmp:
         job = Path(tmp, "job.pkl")
-        job.write_bytes(pickle.dumps((sys.path, cloudpickle.dumps((fn, tuple(args), cost)))))
+        job.write_bytes(pickle.dumps((sys.path, cloudpickle.dumps((fn, tuple(args), cost, protocol)))))
         cmd, env = mpiexec_command(world_size, ["-m", "mlsys_lib.comm.mpi_worker", str(job), tmp])
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -204,8 +215,8 @@ def _stop_session(proc: subprocess.Popen) -> None:
 
 
 def launch_mpi(fn: Callable[..., Any], world_size: int, args: Sequence[Any], timeout: float,
-               cost: CostModel) -> list[Any]:
+               cost: CostModel, protocol: str = "eager") -> list[Any]:
     """``launch`` for the MPI backend: run here if under mpiexec, else start mpiexec."""
     if under_mpiexec():
-        return _run_under_mpiexec(fn, world_size, args, cost)
-    return _launch_mpiexec(fn, world_size, args, timeout, cost)
+        return _run_under_mpiexec(fn, world_size, args, cost, protocol)
+    return _launch_mpiexec(fn, world_size, args, timeout, cost, protocol)

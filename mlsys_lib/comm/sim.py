@@ -7,17 +7,26 @@ Every ordered pair of ranks has a one-way pipe that carries small pickled tuples
   bytes travel in the pipe instead, as ``bytes`` in place of the segment name (like MPI's "eager"
   protocol for small messages: one pipe message instead of a round trip);
 * ``("free", None, segment)``: the receiver has copied the payload out; the sender may reuse it;
-* ``("ctl", None, obj)``: a small object of an all-gather (argument checks, barrier).
+* ``("ctl", None, obj)``: a small object of an all-gather (argument checks, barrier);
+* ``("posted", key)``: under the "rendezvous" protocol, the receiver has started a receive on ``key``.
 
-Sends are eager: the payload is copied into shared memory and ``start_send`` returns. A blocking
-read also watches the launcher's abort pipe, so a rank waiting on a failed peer raises
-:class:`~mlsys_lib.comm.errors.PeerFailedError` at once; a peer that exits closes its pipes, which
-readers see as end of file.
+The payload is always copied out of the caller's array at once. Under the "eager" protocol a send
+is then complete; under "rendezvous" its ``wait`` returns only once the receiver has started the
+matching receive (the n-th receive a rank starts from a peer on a key matches the n-th message the
+peer sends it on that key), so code that only works because sends are buffered deadlocks, as on MPI.
+
+A rank that has to wait (for a message, for a receive to be posted, in a barrier) reads every pipe
+meanwhile, and after ``REPORT_AFTER_S`` tells the launcher what it waits for, with its counts of
+messages sent and receives started. When every rank still running waits and none of those counts
+can satisfy any of them, no rank can ever move again: the launcher reports the deadlock (see
+``sim_launcher``). A blocking read also watches the launcher's abort pipe, so a rank waiting on a
+failed peer raises :class:`~mlsys_lib.comm.errors.PeerFailedError` at once; a peer that exits
+closes its pipes, which readers see as end of file.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
@@ -26,10 +35,16 @@ from typing import Any
 import numpy as np
 
 from .errors import PeerFailedError
-from .group import Header
+from .group import PROTOCOLS, Header
 from .shm import SegmentPool, attach
 
 INLINE_BYTES = 2048
+REPORT_AFTER_S = 0.005  # a rank waiting this long tells the launcher what it waits for
+
+# What a blocked rank waits for (reported to the launcher):
+#   ("recv", src, kind, key, n): the n-th message of kind ("data" or "ctl") and key from src;
+#   ("send", dst, key, n, nbytes): dst to start its n-th receive on key from this rank (rendezvous).
+Wait = tuple
 
 
 class SimIncoming:
@@ -59,45 +74,70 @@ class SimTransport:
     name = "sim"
 
     def __init__(self, rank: int, world_size: int, token: str, inbox: dict[int, Connection],
-                 outbox: dict[int, Connection], abort: Connection) -> None:
-        self.rank, self.world_size = rank, world_size
-        self._inbox, self._outbox, self._abort = inbox, outbox, abort
+                 outbox: dict[int, Connection], abort: Connection, report: Connection | None = None,
+                 protocol: str = "eager") -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        self.rank, self.world_size, self.protocol = rank, world_size, protocol
+        self._inbox, self._outbox, self._abort, self._report = inbox, outbox, abort, report
+        self._source = {conn: src for src, conn in inbox.items()}
         self._pool = SegmentPool(token, rank)
         self._mapped: dict[str, SharedMemory] = {}
-        self._stash: dict[tuple[int, str, Any], deque[tuple]] = defaultdict(deque)
+        self._stash: dict[tuple[int, str, Any], dict[int, tuple]] = defaultdict(dict)  # by arrival number
+        self._arrived: Counter = Counter()   # (src, kind, key): messages filed
+        self._taken: Counter = Counter()     # (src, kind, key): receives started (the n-th takes message n)
+        self._sent: Counter = Counter()      # (dst, kind, key): messages sent
+        self._posted_at: Counter = Counter()  # (dst, key): receives dst has started from this rank (rendezvous)
         self._ended: set[int] = set()
 
     # ------------------------------------------------------------ Transport
     def start_send(self, payload: np.ndarray, dst: int, key: tuple[int, int],
                    header: Header) -> Callable[[], None]:
         if payload.nbytes <= INLINE_BYTES:
-            self.post(dst, ("data", key, payload.tobytes(), header))
+            self._send_data(dst, key, payload.tobytes(), header)
+        else:
+            if not self._pool.has_free(payload.nbytes):
+                self._collect_frees()
+            shm = self._pool.take(payload.nbytes)
+            np.copyto(np.ndarray(payload.shape, payload.dtype, buffer=shm.buf), payload)
+            self._send_data(dst, key, shm.name, header)
+        if self.protocol == "eager":
             return _done
-        if not self._pool.has_free(payload.nbytes):
-            self._collect_frees()
-        shm = self._pool.take(payload.nbytes)
-        np.copyto(np.ndarray(payload.shape, payload.dtype, buffer=shm.buf), payload)
-        self.post(dst, ("data", key, shm.name, header))
-        return _done
+        n, nbytes = self._sent[(dst, "data", key)], payload.nbytes
+
+        def matched() -> None:
+            self._await(dst, lambda: self._posted_at[(dst, key)] >= n, ("send", dst, key, n, nbytes))
+        return matched
 
     def start_recv(self, src: int, key: tuple[int, int]) -> Callable[[], SimIncoming]:
+        self._taken[(src, "data", key)] += 1
+        n = self._taken[(src, "data", key)]
+        if self.protocol == "rendezvous":
+            self._tell(src, ("posted", key))
+
         def arrived() -> SimIncoming:
-            _, _, payload, header = self._next(src, "data", key)
+            _, _, payload, header = self._take(src, "data", key, n)
             return SimIncoming(self, src, payload, header)
         return arrived
 
     def exchange(self, obj: Any) -> list[Any]:
         for dst in self._outbox:
             self.post(dst, ("ctl", None, obj))
+            self._sent[(dst, "ctl", None)] += 1
         gathered = [obj] * self.world_size
         for src in self._inbox:
-            gathered[src] = self._next(src, "ctl", None)[2]
+            self._taken[(src, "ctl", None)] += 1
+            gathered[src] = self._take(src, "ctl", None, self._taken[(src, "ctl", None)])[2]
         return gathered
 
     def barrier(self) -> None:
         self.exchange(None)
 
     # ------------------------------------------------------------ pipes
+    def _send_data(self, dst: int, key: tuple[int, int], payload: str | bytes, header: Header) -> None:
+        self.post(dst, ("data", key, payload, header))
+        self._sent[(dst, "data", key)] += 1
+
     def post(self, dst: int, message: tuple) -> None:
         """Write one small message to rank ``dst``'s pipe."""
         try:
@@ -105,12 +145,16 @@ class SimTransport:
         except OSError as exc:  # BrokenPipeError: the reader is gone
             raise PeerFailedError(f"rank {self.rank} cannot reach rank {dst}: it has exited or failed") from exc
 
+    def _tell(self, dst: int, message: tuple) -> None:
+        """Write a bookkeeping message to ``dst``, unless it has exited (then it needs it no more)."""
+        try:
+            self._outbox[dst].send(message)
+        except OSError:
+            pass
+
     def give_back(self, src: int, segment: str) -> None:
         """Tell rank ``src`` that its ``segment`` is free again (unless it has already exited)."""
-        try:
-            self._outbox[src].send(("free", None, segment))
-        except OSError:  # the sender finished and left: it needs the segment no more
-            pass
+        self._tell(src, ("free", None, segment))
 
     def mapped(self, segment: str) -> SharedMemory:
         """The sender's segment ``segment``, mapped once and kept."""
@@ -122,35 +166,67 @@ class SimTransport:
         kind, key = message[0], message[1]
         if kind == "free":
             self._pool.give_back(message[2])
+        elif kind == "posted":
+            self._posted_at[(src, key)] += 1
         else:
-            self._stash[(src, kind, key)].append(message)
+            self._arrived[(src, kind, key)] += 1
+            self._stash[(src, kind, key)][self._arrived[(src, kind, key)]] = message
 
-    def _next(self, src: int, kind: str, key: Any) -> tuple:
-        """The next message of ``kind`` and ``key`` from ``src``, waiting for it (abort-aware)."""
-        waiting = self._stash[(src, kind, key)]
-        conn = self._inbox[src]
-        while not waiting:
-            if conn not in wait([conn, self._abort]):
+    def _read(self, src: int) -> None:
+        """File one message from ``src`` (its pipe is readable); end of file marks ``src`` ended."""
+        try:
+            self._file(src, self._inbox[src].recv())
+        except EOFError:
+            self._ended.add(src)
+
+    def _take(self, src: int, kind: str, key: Any, n: int) -> tuple:
+        """Message number ``n`` of ``kind`` and ``key`` from ``src``, waiting for it."""
+        self._await(src, lambda: n in self._stash[(src, kind, key)], ("recv", src, kind, key, n))
+        return self._stash[(src, kind, key)].pop(n)
+
+    def _await(self, peer: int, ready: Callable[[], bool], waiting_for: Wait) -> None:
+        """Read the pipes until ``ready()``; ``peer`` is the rank that can make it so.
+
+        Raises PeerFailedError when ``peer`` has exited first or the launcher aborts the run.
+        """
+        reported = False
+        while not ready():
+            if peer in self._ended:
+                if waiting_for[0] == "send":
+                    raise PeerFailedError(f"rank {peer} exited without receiving what rank {self.rank} sends it "
+                                          f"(it failed, or it received fewer messages)")
+                raise PeerFailedError(f"rank {peer} exited before sending what rank {self.rank} waits for "
+                                      f"(it failed, or it sent fewer messages)")
+            live = [conn for src, conn in self._inbox.items() if src not in self._ended]
+            readable = wait([*live, self._abort], None if reported else REPORT_AFTER_S)
+            if not readable:
+                self._report_blocked(waiting_for)
+                reported = True
+                continue
+            if self._abort in readable:
                 try:
                     reason = self._abort.recv()
                 except EOFError:
                     reason = "the launcher is gone"
-                raise PeerFailedError(f"rank {self.rank} stopped waiting for rank {src}: {reason}")
-            try:
-                self._file(src, conn.recv())
-            except EOFError:
-                raise PeerFailedError(f"rank {src} exited before sending what rank {self.rank} waits for "
-                                      f"(it failed, or it sent fewer messages)") from None
-        return waiting.popleft()
+                raise PeerFailedError(f"rank {self.rank} stopped waiting for rank {peer}: {reason}")
+            for conn in readable:
+                self._read(self._source[conn])
+
+    def _report_blocked(self, waiting_for: Wait) -> None:
+        """Tell the launcher what this rank waits for, with what it has sent and which receives it has started."""
+        if self._report is None:
+            return
+        started = {(src, key): n for (src, kind, key), n in self._taken.items() if kind == "data"}
+        try:
+            self._report.send(("blocked", waiting_for, dict(self._sent), started))
+        except OSError:  # the launcher is gone; the abort pipe says so
+            pass
 
     def _collect_frees(self) -> None:
         """Read, without waiting, whatever the peers have written (to learn of freed segments)."""
         for src, conn in self._inbox.items():
             while src not in self._ended and conn.poll():
-                try:
-                    self._file(src, conn.recv())
-                except EOFError:
-                    self._ended.add(src)
+                self._read(src)
 
     def close(self) -> None:
         """Unmap the segments and close the pipes."""

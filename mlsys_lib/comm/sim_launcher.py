@@ -7,6 +7,16 @@ exception, or a process that ends without reporting) it writes the reason into e
 abort pipe, so their pending calls raise :class:`PeerFailedError` at once; ranks still running a few
 seconds later, or at the timeout, are terminated. In every case all processes are joined and every
 shared-memory segment of the run is unlinked before ``launch`` returns or raises.
+
+**Deadlocks.** A rank that waits tells the launcher, on its report pipe, what it waits for (the n-th
+message of a key from a peer, or, for a rendezvous send, the peer's n-th receive on a key) together
+with how many messages it has sent and how many receives it has started, per peer and key. While
+it waits these counts do not change. When every rank still running waits, and no rank's wait is
+met by the counts its peer reported, no rank can ever move again (the first rank to move would need
+a message or a receive that some peer started after reporting, so that peer moved before it): the
+launcher aborts the ranks and ``launch`` raises :class:`DeadlockError`, naming each rank and what it
+waits for, at once instead of at the timeout. A rank that finishes with requests of isend/irecv it
+never waited on fails with :class:`UnfinishedRequestError`.
 """
 
 from __future__ import annotations
@@ -25,8 +35,8 @@ from typing import Any
 import cloudpickle
 
 from .cost import CostModel
-from .errors import Failure, LaunchTimeoutError, RankFailedError
-from .group import ProcessGroup
+from .errors import DeadlockError, Failure, LaunchTimeoutError, RankFailedError
+from .group import COLLECTIVE_CHANNEL, ProcessGroup
 from .shm import unlink_run
 from .sim import SimTransport
 
@@ -48,12 +58,15 @@ def _context() -> BaseContext:
 
 def run_rank(rank: int, world_size: int, token: str, job: bytes, cost: CostModel,
              inbox: dict[int, Connection], outbox: dict[int, Connection], abort: Connection,
-             report: Connection) -> None:
+             report: Connection, protocol: str = "eager") -> None:
     """The body of one rank's process: run ``fn(group, *args)`` and report its result or exception."""
-    transport = SimTransport(rank, world_size, token, inbox, outbox, abort)
+    transport = SimTransport(rank, world_size, token, inbox, outbox, abort, report, protocol)
     try:
         fn, args = pickle.loads(job)
-        outcome: tuple[str, Any] = ("ok", pickle.dumps(fn(ProcessGroup(transport, cost), *args)))
+        group = ProcessGroup(transport, cost)
+        result = fn(group, *args)
+        group.check_finished()
+        outcome: tuple[str, Any] = ("ok", pickle.dumps(result))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
         outcome = ("failed", Failure.from_exception(rank, exc))
     try:
@@ -69,32 +82,110 @@ def _exit_description(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _read_report(rank: int, report: Connection, proc: BaseProcess) -> Any:
-    """The rank's outcome: ("ok", value) or a Failure; None if it is still running."""
-    if report.poll():
-        try:
-            kind, body = report.recv()
-        except EOFError:
-            pass
-        else:
-            if kind == "failed":
-                return body
+def _read_report(rank: int, report: Connection, proc: BaseProcess, blocked: dict[int, tuple]) -> Any:
+    """The rank's outcome: ("ok", value) or a Failure; None if it is still running.
+
+    Reports of what a waiting rank waits for are filed in ``blocked`` on the way.
+    """
+    for _ in range(2):  # a rank that has ended wrote its outcome first: read again before calling it dead
+        while report.poll():
             try:
-                return ("ok", pickle.loads(body))
+                kind, *body = report.recv()
+            except EOFError:
+                break
+            if kind == "blocked":
+                blocked[rank] = tuple(body)
+                continue
+            if kind == "failed":
+                return body[0]
+            try:
+                return ("ok", pickle.loads(body[0]))
             except Exception as exc:  # noqa: BLE001 - a result the launcher cannot rebuild
                 return Failure(rank, "raised", f"its result could not be unpickled here: {exc!r}")
-    elif proc.is_alive():
-        return None
+        if proc.is_alive():
+            return None
     proc.join()
     return Failure(rank, "died", f"its process ended without a result ({_exit_description(proc.exitcode)})")
 
 
+def describe_wait(rank: int, waiting_for: tuple, peer_report: tuple | None = None) -> str:
+    """What rank ``rank`` waits for, in words (see ``sim.Wait``), with the counts its peer reported."""
+    if waiting_for[0] == "send":
+        _, dst, (channel, tag), n, nbytes = waiting_for
+        where = "a collective's send" if channel == COLLECTIVE_CHANNEL else "send"
+        text = (f"rank {rank} waits in {where} to rank {dst} (tag {tag}, {nbytes} bytes) until rank {dst} starts "
+                f"the matching recv/irecv")
+        if peer_report is not None:
+            text += (f" (this is message {n} from rank {rank} on that tag; rank {dst} has started "
+                     f"{peer_report[2].get((rank, (channel, tag)), 0)} such receives)")
+        return text
+    _, src, kind, key, n = waiting_for
+    if kind == "ctl":
+        return f"rank {rank} waits in a barrier (or a collective's argument check) for rank {src} to join it"
+    channel, tag = key
+    where = "a collective's receive" if channel == COLLECTIVE_CHANNEL else "recv"
+    text = f"rank {rank} waits in {where} from rank {src} (tag {tag})"
+    if peer_report is not None:
+        text += (f" for message {n}, and rank {src} has sent it {peer_report[1].get((rank, kind, key), 0)} "
+                 f"on that tag")
+    return text
+
+
+def _met(rank: int, waiting_for: tuple, peer_report: tuple) -> bool:
+    """True if the counts the peer reported meet what ``rank`` waits for."""
+    _, sent, started = peer_report
+    if waiting_for[0] == "send":
+        _, _, key, n, _ = waiting_for
+        return started.get((rank, key), 0) >= n
+    _, _, kind, key, n = waiting_for
+    return sent.get((rank, kind, key), 0) >= n
+
+
+def find_deadlock(world_size: int, outcomes: dict[int, Any], blocked: dict[int, tuple]) -> dict[int, str] | None:
+    """{rank: what it waits for} if no rank still running can ever move again, else None."""
+    running = [r for r in range(world_size) if r not in outcomes]
+    if not running or any(r not in blocked for r in running):
+        return None
+    for r in running:
+        waiting_for = blocked[r][0]
+        peer = waiting_for[1]
+        if peer in outcomes or _met(r, waiting_for, blocked[peer]):
+            return None  # r will move (or learn that its peer has ended)
+    return {r: describe_wait(r, blocked[r][0], blocked[blocked[r][0][1]]) for r in running}
+
+
+def deadlock_message(waits: dict[int, str], world_size: int) -> str:
+    """The text of the DeadlockError for ``waits`` ({rank: what it waits for})."""
+    done = sorted(set(range(world_size)) - set(waits))
+    lines = [f"deadlock: ranks {sorted(waits)} all wait for one another and none can ever proceed"
+             + (f" (ranks {done} had returned)" if done else "") + ":"]
+    lines += [f"  {text}" for text in waits.values()]
+    if any(" waits in send " in text or "collective's send" in text for text in waits.values()):
+        lines.append("Under protocol=\"rendezvous\" a blocking send returns only once the receiver has started the "
+                     "matching receive, as MPI does with large messages: start the send with isend, receive, then "
+                     "wait for the send (or order each pair so that one side receives first).")
+    return "\n".join(lines)
+
+
 def _supervise(procs: Sequence[BaseProcess], reports: Sequence[Connection], aborts: Sequence[Connection],
-               timeout: float) -> tuple[dict[int, Any], bool]:
-    """Collect every rank's outcome; abort the others at the first failure. Returns (outcomes, timed_out)."""
+               timeout: float) -> tuple[dict[int, Any], bool, dict[int, str] | None]:
+    """Collect every rank's outcome; abort the others at the first failure or deadlock.
+
+    Returns (outcomes, timed_out, the deadlocked ranks' waits or None)."""
     outcomes: dict[int, Any] = {}
+    blocked: dict[int, tuple] = {}
+    deadlock: dict[int, str] | None = None
     deadline = time.monotonic() + timeout
     failed = False
+
+    def abort_all(reason: str) -> None:
+        nonlocal failed, deadline
+        failed = True
+        deadline = min(deadline, time.monotonic() + GRACE_S)
+        for other, abort in enumerate(aborts):
+            if other not in outcomes:
+                _tell(abort, reason)
+
     while len(outcomes) < len(procs):
         now = time.monotonic()
         if now >= deadline:
@@ -105,17 +196,17 @@ def _supervise(procs: Sequence[BaseProcess], reports: Sequence[Connection], abor
                 watched[reports[r]] = watched[procs[r].sentinel] = r
         for ready in wait(list(watched), timeout=deadline - now):
             r = watched[ready]
-            outcome = None if r in outcomes else _read_report(r, reports[r], procs[r])
+            outcome = None if r in outcomes else _read_report(r, reports[r], procs[r], blocked)
             if outcome is None:
                 continue
             outcomes[r] = outcome
             if isinstance(outcome, Failure) and not failed:
-                failed = True
-                deadline = min(deadline, time.monotonic() + GRACE_S)
-                for other, abort in enumerate(aborts):
-                    if other not in outcomes:
-                        _tell(abort, f"rank {r} {outcome.kind}: {outcome.summary}")
-    return outcomes, len(outcomes) < len(procs) and not failed
+                abort_all(f"rank {r} {outcome.kind}: {outcome.summary}")
+        if not failed:
+            deadlock = find_deadlock(len(procs), outcomes, blocked)
+            if deadlock is not None:
+                abort_all("deadlock: every rank still running waits for another (launch raises DeadlockError)")
+    return outcomes, len(outcomes) < len(procs) and not failed, deadlock
 
 
 def _tell(abort: Connection, reason: str) -> None:
@@ -142,7 +233,7 @@ def _reap(procs: Sequence[BaseProcess]) -> None:
 
 
 def launch_sim(fn: Callable[..., Any], world_size: int, args: Sequence[Any], timeout: float,
-               cost: CostModel) -> list[Any]:
+               cost: CostModel, protocol: str = "eager") -> list[Any]:
     """Run ``fn(group, *args)`` on ``world_size`` local processes; the results, indexed by rank."""
     ctx = _context()
     token = new_token()
@@ -159,17 +250,19 @@ def launch_sim(fn: Callable[..., Any], world_size: int, args: Sequence[Any], tim
             inbox = {i: pipes[(i, r)][0] for i in range(p) if i != r}
             outbox = {j: pipes[(r, j)][1] for j in range(p) if j != r}
             proc = ctx.Process(target=run_rank, name=f"mlsys-rank-{r}", daemon=True,
-                               args=(r, p, token, job, cost, inbox, outbox, aborts[r][0], reports[r][1]))
+                               args=(r, p, token, job, cost, inbox, outbox, aborts[r][0], reports[r][1], protocol))
             proc.start()
             procs.append(proc)
         for end in child_ends:
             end.close()  # the children hold these now; a rank's exit must read as end of file
-        outcomes, timed_out = _supervise(procs, parent_ends[:p], parent_ends[p:], timeout)
+        outcomes, timed_out, deadlock = _supervise(procs, parent_ends[:p], parent_ends[p:], timeout)
     finally:
         _reap(procs)
         for end in parent_ends + child_ends:
             end.close()
         unlink_run(token, p)
+    if deadlock is not None:
+        raise DeadlockError(deadlock_message(deadlock, p), deadlock)
     if timed_out:
         running = sorted(set(range(p)) - set(outcomes))
         raise LaunchTimeoutError(f"launch timed out after {timeout} s: ranks {running} had not finished "
