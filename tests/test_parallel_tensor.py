@@ -111,3 +111,46 @@ def test_megatron_layers_equal_the_single_device_model(t):
     errors = per_rank[0][1]
     assert any("out_features = 6 must be divisible by the tensor-parallel size" in e for e in errors) == (6 % t != 0)
     assert any("num_heads = 6 must be divisible" in e for e in errors) == (6 % t != 0)
+
+
+def by_hand_job(g, x, A, a, B, b, dY):
+    """The numpy layers on this rank's slices; each result with the number of all-reduces it made."""
+    from mlsys_lib.parallel import tensor
+
+    t, r = g.world_size, g.rank
+    calls = []
+
+    class Counted:
+        def all_reduce(self, array):
+            calls.append(array.shape)
+            return g.all_reduce(array)
+
+    def run(fn, *args):
+        before = len(calls)
+        return fn(Counted(), *args), len(calls) - before
+    A_r, a_r, B_r = np.split(A, t, axis=1)[r], np.split(a, t)[r], np.split(B, t, axis=0)[r]
+    X_r, dY_r = np.split(x @ A, t, axis=1)[r], np.split(dY, t, axis=1)[r]
+    return (run(tensor.column_parallel_forward, x, A_r, a_r), run(tensor.column_parallel_backward, x, A_r, dY_r),
+            run(tensor.row_parallel_forward, X_r, B_r, b), run(tensor.row_parallel_backward, X_r, B_r, dY[:, :H]))
+
+
+@pytest.mark.parametrize("t", [2, 4])
+def test_layers_by_hand_on_numpy_arrays(t):
+    rng = np.random.default_rng(80 + t)
+    x, A, a = rng.standard_normal((5, H)), rng.standard_normal((H, 4 * H)), rng.standard_normal(4 * H)
+    B, b, dY = rng.standard_normal((4 * H, H)), rng.standard_normal(H), rng.standard_normal((5, 4 * H))
+    out = launch(by_hand_job, t, args=(x, A, a, B, b, dY))
+    close = dict(rtol=1e-10, atol=1e-12)
+    X, dY_row = x @ A, dY[:, :H]
+    np.testing.assert_allclose(np.concatenate([o[0][0] for o in out], axis=1), x @ A + a, **close)
+    for o in out:
+        (fwd, n_fwd), ((dx, _, _), n_bwd), (y, n_row), (_, n_row_bwd) = o
+        np.testing.assert_allclose(dx, dY @ A.T, **close)  # whole, on every rank
+        np.testing.assert_allclose(y, X @ B + b, **close)
+        assert (n_fwd, n_bwd, n_row, n_row_bwd) == (0, 1, 1, 0)
+    np.testing.assert_allclose(np.concatenate([o[1][0][1] for o in out], axis=1), x.T @ dY, **close)
+    np.testing.assert_allclose(np.concatenate([o[1][0][2] for o in out]), dY.sum(axis=0), **close)
+    np.testing.assert_allclose(np.concatenate([o[3][0][0] for o in out], axis=1), dY_row @ B.T, **close)
+    np.testing.assert_allclose(np.concatenate([o[3][0][1] for o in out], axis=0), X.T @ dY_row, **close)
+    for o in out:
+        np.testing.assert_allclose(o[3][0][2], dY_row.sum(axis=0), **close)

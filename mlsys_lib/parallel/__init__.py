@@ -1,7 +1,8 @@
 """Tensor and pipeline parallelism, 3-D sizing, and automatic sharding (lecture 8).
 
 * ``tensor``: Megatron's column- and row-parallel linear layers, MLP and head-split attention on
-  autodiff Tensors over ``mlsys_lib.comm``, with the f/g operators and their all-reduce count.
+  autodiff Tensors over ``mlsys_lib.comm``, with the f/g operators and their all-reduce count; and the
+  two layers' forward and backward by hand on numpy arrays (``column_parallel_forward``, ...).
 * ``pipeline``: schedules as data (naive, GPipe, 1F1B, interleaved 1F1B, zero-bubble H1), a
   validator, a simulator, the bubble's closed forms, and a runner that trains an MLP over ``comm``.
 * ``sizing``: for n GPUs split as (p, t, d): microbatches, bubble, communication per step and memory per GPU

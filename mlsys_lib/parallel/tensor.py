@@ -15,6 +15,10 @@ the heads the same way (Q, K, V by columns, the output projection by rows). So a
 
 Weights are given whole (W: (in, out), as ``x W + b``) and each rank keeps its slice, so the results
 can be compared with the single-device model; outputs and gradients equal it up to rounding.
+
+The same two layers by hand on numpy arrays, forward and backward, given this rank's slices
+(:func:`column_parallel_forward`, :func:`column_parallel_backward`, :func:`row_parallel_forward`,
+:func:`row_parallel_backward`): each all-reduce is one ``group.all_reduce`` call.
 """
 
 from __future__ import annotations
@@ -96,6 +100,32 @@ class _Exit(_Enter):
 
     def vjp(self, g: Tensor, out: Tensor, x: Tensor) -> tuple[Tensor]:
         return (g,)
+
+
+def column_parallel_forward(group: ProcessGroup, x: np.ndarray, A_r: np.ndarray, b_r: np.ndarray) -> np.ndarray:
+    """This rank's columns ``Y_r = x A_r + b_r`` of ``Y = x A + b``: x (n, in) whole, A_r (in, out/t), b_r (out/t,).
+
+    No communication (``f`` is the identity forward)."""
+    return x @ A_r + b_r
+
+
+def column_parallel_backward(group: ProcessGroup, x: np.ndarray, A_r: np.ndarray,
+                             dY_r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dx, dA_r, db_r)`` from this rank's columns dY_r (n, out/t): dx = Σ_r dY_r A_rᵀ is whole on every
+    rank (one all-reduce, ``f``'s backward); dA_r = xᵀ dY_r and db_r need none."""
+    return group.all_reduce(dY_r @ A_r.T), x.T @ dY_r, dY_r.sum(axis=0)
+
+
+def row_parallel_forward(group: ProcessGroup, X_r: np.ndarray, B_r: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``Y = Σ_r X_r B_r + b``, whole on every rank: X_r (n, in/t) this rank's input columns, B_r (in/t, out)
+    its rows, b (out,) added once. One all-reduce (``g``)."""
+    return group.all_reduce(X_r @ B_r) + b
+
+
+def row_parallel_backward(group: ProcessGroup, X_r: np.ndarray, B_r: np.ndarray,
+                          dY: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dX_r, dB_r, db)`` from the whole dY (n, out), the same on every rank: no communication."""
+    return dY @ B_r.T, X_r.T @ dY, dY.sum(axis=0)
 
 
 def _parameter(array: np.ndarray | None) -> Tensor | None:
