@@ -714,18 +714,27 @@ def failing_tests(path: Path, variants: dict[str, dict[str, str]], *, edition: s
             raise ValueError(f"variant {name!r} replaces no answer cell of {path.name}: {unknown or 'nothing'}")
         replaced = {index[grade_id]: transform(source) for grade_id, source in answers.items()}
         runs.setdefault(min(replaced), {})[name] = replaced
-    results: dict[str, set[str] | str] = {}
-    with _notebook_process(edition) as namespace:
-        done = 0
-        for start in sorted(runs):
-            _run_quietly(cells[done:start], namespace)
-            done = start
-            tasks = {name: (lambda start=start, answers=answers: _run_suffix(cells, start, answers, namespace))
-                     for name, answers in runs[start].items()}
-            for name, outcome in run_forked(tasks, jobs=jobs, timeout=timeout).items():
-                results[name] = (outcome.problem if outcome.payload is None else
-                                 {test for test, error in outcome.payload["tests"].items() if error is not None})
-    return results
+
+    def session() -> dict:
+        results: dict[str, list[str] | str] = {}
+        with _notebook_process(edition) as namespace:
+            done = 0
+            for start in sorted(runs):
+                _run_quietly(cells[done:start], namespace)
+                done = start
+                tasks = {name: (lambda start=start, answers=answers: _run_suffix(cells, start, answers, namespace))
+                         for name, answers in runs[start].items()}
+                for name, outcome in run_forked(tasks, jobs=jobs, timeout=timeout).items():
+                    results[name] = (outcome.problem if outcome.payload is None else
+                                     sorted(test for test, error in outcome.payload["tests"].items() if error is not None))
+        return results
+
+    # The notebook runs in a child of its own, so that what it leaves in this process (the grading
+    # edition's modules, a multiprocessing fork server started on them, Numba's state) goes with it.
+    whole = run_forked({"session": session}, jobs=1, timeout=timeout * (len(runs) + 1) + 60)["session"]
+    if whole.payload is None:
+        raise RuntimeError(f"running the variants of {path.name} failed: {whole.problem}")
+    return {name: set(lost) if isinstance(lost, list) else lost for name, lost in whole.payload.items()}
 
 
 def mutate_lab(lab: str, *, library: bool = False, **options) -> Report:
