@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+GRADER := $(VENV)/etc/jupyter/nbgrader_config.py
 
 .PHONY: setup system-deps course test test-fast lab plots bundle release check clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(GRADER)
 
 ## system-deps: bubblewrap, the grading sandbox, and chromium, the browser the feedback-safety tests
 ## drive (installed when run as root with apt; else a warning)
@@ -26,6 +27,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet "setuptools>=68" wheel
 	$(BIN)/python -m pip install --quiet -e ".[dev,mpi]"
 	touch $(STAMP)
+
+## the grading kernelspec and a settings file loading nbgrader_config.py, in the venv's Jupyter folders,
+## so that nbgrader, Formgrader and JupyterLab find both from any folder
+$(GRADER): $(STAMP) autograder/config.py
+	$(BIN)/python -m autograder.config install
 
 ## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures
 course: setup system-deps

@@ -11,7 +11,12 @@ chunk (a cell that killed the kernel, say) is graded again alone, skipping the c
 kernel. The main process, the only writer of the course gradebook, checks each result's folders
 (regular files only, bounded) and merges it. A manifest of what was graded (the submission's and
 the lab's fingerprints) makes a re-run skip the unchanged, so re-running after an interruption loses
-nothing and repeats nothing.
+nothing and repeats nothing. It skips only what nbgrader itself counts as graded (the autograded
+copy and the gradebook's submission there, of the submission's timestamp) and has feedback: a
+submission Formgrader regraded, or whose autograded copy went, is graded again.
+
+A submission collected through nbgrader's exchange keeps its ``timestamp.txt`` (late penalties)
+and ``submission_secret.txt`` (``nbgrader release_feedback`` needs it): :data:`COMPANIONS`.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from pathlib import Path
 from typing import Callable
 
 import nbformat
+from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde, GenerateFeedback
+from nbgrader.utils import parse_utc
 
 from .execute import KILLER_ENV, NOTES_ENV, read_notes
 from .merge import merge_submission
@@ -65,6 +72,8 @@ class BatchResult:
 MAX_KERNEL_DEATHS = 3
 #: Most bytes and files of one student's graded folders (autograded notebook, feedback page).
 MAX_RESULT_BYTES, MAX_RESULT_FILES = 64 * 2**20, 20
+#: Files nbgrader's exchange puts beside a submitted notebook, kept with it (at most 4 KiB each).
+COMPANIONS, COMPANION_LIMIT = ("timestamp.txt", "submission_secret.txt"), 4096
 
 
 def _last_line(result: dict) -> str:
@@ -225,42 +234,75 @@ class Manifest:
         os.replace(partial, self.path)
 
 
-def take_in(notebooks: dict[str, Path], source: Path, folder: Path, limit: int) -> tuple[dict, dict, dict]:
-    """Read every submission under ``source`` safely into ``folder`` (a private copy, modification
-    time kept). Returns (student -> copy, student -> bytes' sha256, student -> why refused)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    copies, digests, refused = {}, {}, {}
+def take_in(notebooks: dict[str, Path], source: Path, folder: Path, limit: int,
+            companions: dict[str, dict[str, Path]] | None = None) -> tuple[dict, dict, dict]:
+    """Read every submission under ``source`` safely into ``folder/<student>/`` (a private copy,
+    modification time kept), with its exchange ``companions`` (name -> path under ``source``, names
+    from :data:`COMPANIONS`). Returns (student -> notebook copy, student -> bytes read, notebook and
+    companions, student -> why refused)."""
+    copies, contents, refused = {}, {}, {}
     for student, path in notebooks.items():
+        wanted = {f"{path.stem}.ipynb": (path, limit)}
+        wanted.update({name: (extra, COMPANION_LIMIT) for name, extra in (companions or {}).get(student, {}).items()
+                       if name in COMPANIONS})
         try:
-            read = read_beneath(source, path.relative_to(source), limit)
+            read = {name: read_beneath(source, where.relative_to(source), most) for name, (where, most) in wanted.items()}
         except UnsafePath as error:
             refused[student] = f"submission refused: {error}"
             continue
-        copy = folder / f"{student}.ipynb"
-        copy.write_bytes(read.data)
-        os.utime(copy, (read.mtime, read.mtime))
-        copies[student], digests[student] = copy, read.data
-    return copies, digests, refused
+        own = folder / student
+        own.mkdir(parents=True, exist_ok=True)
+        for name, data in read.items():
+            (own / name).write_bytes(data.data)
+            os.utime(own / name, (data.mtime, data.mtime))
+        copies[student] = own / f"{path.stem}.ipynb"
+        contents[student] = b"".join(read[name].data for name in sorted(read))
+    return copies, contents, refused
+
+
+def graded_in_place(root: Path, lab: str, students: set[str]) -> set[str]:
+    """Those of ``students`` whose submission of ``lab`` counts as graded in the course ``root`` the
+    way nbgrader counts it (Formgrader's "autograded"): an autograded copy, a gradebook submission
+    with the timestamp of the submitted one, and the feedback page."""
+    def stamp(student: str):
+        path = root / "submitted" / student / lab / "timestamp.txt"
+        return parse_utc(path.read_text().strip()) if path.is_file() else None
+
+    done = set()
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        for student in students:
+            try:
+                recorded = gradebook.find_submission(lab, student).timestamp
+            except MissingEntry:
+                continue
+            if ((root / "autograded" / student / lab / f"{lab}.ipynb").is_file()
+                    and (root / "feedback" / student / lab / f"{lab}.html").is_file() and recorded == stamp(student)):
+                done.add(student)
+    return done
 
 
 def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Path, sandbox: dict,
                 limit: int = 32 * 2**20, workers: int = 0, chunk_size: int = 1, force: bool = False,
+                companions: dict[str, dict[str, Path]] | None = None,
                 progress: Callable[[str], None] = print) -> BatchResult:
     """Grade every ``student -> notebook`` (a path under the folder ``source``) not graded before.
 
     ``workers`` processes at once (0: one per CPU core), kernels in the ``sandbox`` (settings of
     :func:`~autograder.config.sandbox_settings`). Students whose submission and lab are unchanged
-    since they were last graded are skipped unless ``force``. A submission that is a link, not a
-    regular file or over ``limit`` bytes is refused with the reason.
+    since they were last graded, and still graded in the course (:func:`graded_in_place`), are
+    skipped unless ``force``. ``companions``: the exchange's files beside each notebook, kept. A
+    submission that is a link, not a regular file or over ``limit`` bytes is refused with the reason.
     """
     if workers < 0 or chunk_size < 1:
         raise ValueError(f"workers must be >= 0 and chunk_size >= 1, got {workers} and {chunk_size}")
     shutil.rmtree(root / "work", ignore_errors=True)  # leftovers of an interrupted run
     result = BatchResult()
-    copies, contents, result.problems = take_in(notebooks, source, root / "work" / "incoming", limit)
+    copies, contents, result.problems = take_in(notebooks, source, root / "work" / "incoming", limit, companions)
     manifest = Manifest(root)
     prints = {student: fingerprint(lab, data) for student, data in contents.items()}
-    todo = {s: p for s, p in copies.items() if force or manifest.get(lab, s) != prints[s]}
+    unchanged = {s for s in copies if manifest.get(lab, s) == prints[s]}
+    kept = set() if force else graded_in_place(root, lab, unchanged)
+    todo = {s: p for s, p in copies.items() if s not in kept}
     skipped = len(copies) - len(todo)
     if skipped:
         progress(f"{skipped} submission(s) unchanged since last graded: skipped (force to regrade)")

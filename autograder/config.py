@@ -1,18 +1,24 @@
 """The nbgrader configuration of the course, built in one place.
 
-:func:`course_config` holds the course's defaults. ``autograder/nbgrader_config.py`` starts from
-them and is where an instructor changes settings (``c.Sandbox.memory_mb = 8192``,
-``c.Execute.timeout = 300``); plain ``nbgrader`` commands read that file, and so does the course
-tool (:func:`load_config`), so the two never disagree. ``$MLSYS_CONFIG`` names another such file.
+:func:`course_config` holds the course's defaults. ``nbgrader_config.py`` at the repository root
+starts from them and is where an instructor changes settings (``c.Sandbox.memory_mb = 8192``,
+``c.Execute.timeout = 300``); plain ``nbgrader`` commands and Formgrader read that file (from the
+repository root, or anywhere through the copy :func:`install_into_environment` puts into the virtual
+environment), and so does the course tool (:func:`load_config`), so they never disagree.
+``$MLSYS_CONFIG`` names another such file.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
+import functools
 import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from traitlets import Bool, Int, List, Unicode
@@ -28,7 +34,10 @@ GRADING_KERNEL = "mlsys-grader"
 #: Seconds one cell may run before nbgrader interrupts it (first Numba compiles take a few seconds).
 CELL_TIMEOUT_S = 180
 
-#: Environment variable naming the settings file to use instead of autograder/nbgrader_config.py.
+#: The settings file, where nbgrader looks for it in every course: the folder it runs in.
+CONFIG_FILE = REPO / "nbgrader_config.py"
+
+#: Environment variable naming the settings file to use instead of :data:`CONFIG_FILE`.
 CONFIG_ENV = "MLSYS_CONFIG"
 
 #: Set by the course tool, so the settings file skips what only plain nbgrader needs.
@@ -159,32 +168,102 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
 
 
 def load_config(root: Path | None = None, release_dir: Path | None = None) -> Config:
-    """The settings file's configuration (defaults plus the instructor's changes), for ``root``."""
-    path = Path(os.environ.get(CONFIG_ENV) or REPO / "autograder" / "nbgrader_config.py").resolve()
+    """The settings file's configuration (defaults plus the instructor's changes), then, as nbgrader
+    does, the course root's own ``nbgrader_config.py`` if it has one, for ``root``."""
+    path = Path(os.environ.get(CONFIG_ENV) or CONFIG_FILE).resolve()
     if not path.is_file():
         raise ValueError(f"{CONFIG_ENV}={path}: no such settings file")
     os.environ[TOOL_ENV] = "1"
     c = PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+    local = Path(root or course_dir()).resolve() / "nbgrader_config.py"
+    if local.is_file():
+        c.merge(PyFileConfigLoader(local.name, path=str(local.parent)).load_config())
     c.merge(paths_config(root, release_dir))
     return c
 
 
-def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
-    """Write the grading kernelspec (this interpreter) under the course root.
-
-    Returns the environment variables under which Jupyter finds it first, whatever kernels the
-    user has installed elsewhere.
-    """
-    root = Path(root or course_dir()).resolve()
-    jupyter_path = root / "jupyter"
-    spec_dir = jupyter_path / "kernels" / GRADING_KERNEL
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {  # the launcher sandboxes the kernel when MLSYS_SANDBOX is set (only while grading)
+def kernel_spec() -> dict:
+    """The grading kernelspec: this interpreter runs the launcher, which finds the repository's code
+    from any working folder (the sandbox is applied when grading settings are given)."""
+    return {
         "argv": [sys.executable, "-m", "autograder.sandbox", "{connection_file}"],
+        "env": {"PYTHONPATH": str(REPO)},
         "display_name": "mlsys grader",
         "language": "python",
         "interrupt_mode": "message",  # a signal to the launcher would not reach a kernel in a PID namespace
     }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
+
+
+def write_kernel_spec(kernels: Path) -> Path:
+    """Write the grading kernelspec into the Jupyter ``kernels`` folder; returns its folder."""
+    spec_dir = Path(kernels) / GRADING_KERNEL
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    (spec_dir / "kernel.json").write_text(json.dumps(kernel_spec(), indent=1))
+    return spec_dir
+
+
+def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
+    """Write the grading kernelspec under the course root.
+
+    Returns the environment variables under which Jupyter finds it first, whatever kernels the
+    user has installed elsewhere.
+    """
+    jupyter_path = Path(root or course_dir()).resolve() / "jupyter"
+    write_kernel_spec(jupyter_path / "kernels")
     others = os.environ.get("JUPYTER_PATH")
     return {"JUPYTER_PATH": os.pathsep.join([str(jupyter_path)] + ([others] if others else []))}
+
+
+#: What the virtual environment's copy of the settings file holds: it loads the repository's.
+ENVIRONMENT_CONFIG = """# Installed by `make` (autograder.config.install_into_environment): nbgrader run from any folder
+# with this environment reads the course's settings file.
+load_subconfig({path!r})  # noqa: F821 (provided by traitlets)
+"""
+
+
+def install_into_environment(prefix: Path | None = None) -> list[Path]:
+    """Install the grading kernelspec and a settings file that loads :data:`CONFIG_FILE` into the
+    Jupyter folders of the environment at ``prefix`` (default: this interpreter's), so that nbgrader,
+    Formgrader and JupyterLab of this environment find both from any folder. Returns what it wrote."""
+    prefix = Path(prefix or sys.prefix)
+    config = prefix / "etc" / "jupyter" / "nbgrader_config.py"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(ENVIRONMENT_CONFIG.format(path=str(CONFIG_FILE)))
+    return [write_kernel_spec(prefix / "share" / "jupyter" / "kernels") / "kernel.json", config]
+
+
+@functools.lru_cache(maxsize=None)
+def socket_folder() -> Path:
+    """A short private folder for the Unix sockets of the kernels this process starts (removed at
+    exit); with several graded kernels under their own user ids (grading as root) any may add sockets."""
+    folder = Path(tempfile.mkdtemp(prefix="mlsys-ipc-"))
+    if os.geteuid() == 0:
+        os.chmod(folder, 0o1777)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def plain_nbgrader_setup(c: Config) -> None:
+    """What plain nbgrader (and Formgrader) needs beyond :func:`course_config`; the course tool,
+    which arranges both per run, skips it (``$MLSYS_COURSE_TOOL``).
+
+    The grading kernelspec is made findable, and the kernels' sockets get an absolute path: with
+    the ``ipc`` transport a relative one would be taken relative to the grader by the grader and to
+    the notebook's folder by the kernel, which then never answer each other.
+    """
+    if os.environ.get(TOOL_ENV):
+        return
+    os.environ.update(install_grading_kernel())
+    c.KernelManager.ip = str(socket_folder() / "kernel")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m autograder.config install``: what ``make`` runs after installing the package."""
+    if (argv if argv is not None else sys.argv[1:]) != ["install"]:
+        sys.exit("usage: python -m autograder.config install")
+    for path in install_into_environment():
+        print(f"installed {path}")
+
+
+if __name__ == "__main__":
+    main()

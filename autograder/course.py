@@ -13,7 +13,7 @@ import nbformat
 from nbgrader.converters import GenerateAssignment
 
 from . import samples
-from .batch import grade_batch, source_fingerprint
+from .batch import COMPANIONS, grade_batch, source_fingerprint
 from .config import Sandbox, load_config, sandbox_settings
 from .edition import build_edition
 from .nbgrader_run import require_success, run_converter, validate
@@ -83,7 +83,9 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
 
 
 def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
-    """Put one submission where nbgrader expects it, repaired, with its timestamp (file mtime, UTC).
+    """Put one submission where nbgrader expects it, repaired, with its timestamp: the exchange's
+    ``timestamp.txt`` beside ``notebook`` if there is one (and its ``submission_secret.txt``), else
+    the file's modification time (UTC).
 
     Returns the reasons to flag it (see :func:`~autograder.sanitize.tamper_flags`). Raises
     :class:`~autograder.sanitize.UnreadableSubmission` if the file is not a notebook.
@@ -96,8 +98,12 @@ def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     nbformat.write(submitted, dest / f"{lab}.ipynb")
-    stamp = dt.datetime.fromtimestamp(notebook.stat().st_mtime, tz=dt.timezone.utc)
-    (dest / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
+    for name in COMPANIONS:
+        if (notebook.parent / name).is_file():
+            shutil.copyfile(notebook.parent / name, dest / name)
+    if not (dest / "timestamp.txt").exists():
+        stamp = dt.datetime.fromtimestamp(notebook.stat().st_mtime, tz=dt.timezone.utc)
+        (dest / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
     return flags
 
 
@@ -138,7 +144,7 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
         limit = settings.notebook_mb * 2**20
         found = find_submissions(Path(submissions), lab, Path(unpack), limit=limit)
         batch = grade_batch(lab, found.notebooks, root, source=found.root, sandbox=sandbox, limit=limit,
-                            force=force, progress=log, workers=settings.workers if workers is None else workers,
+                            force=force, companions=getattr(found, "companions", {}), progress=log, workers=settings.workers if workers is None else workers,
                             chunk_size=settings.chunk_size if chunk_size is None else chunk_size)
     problems = {**batch.problems, **found.problems}
     record_notes(root, "problems", lab, problems, replaced=batch.graded)

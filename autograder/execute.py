@@ -19,21 +19,31 @@ nbgrader's own it
   skip the cell and grade again (see :func:`autograder.batch.grade_one`);
 * after the notebook, reads what the kernel guard and the sandbox supervisor reported (see
   :mod:`autograder.kernel` and :mod:`autograder.sandbox`) and writes the reasons to look at the
-  submission again to ``$MLSYS_GRADING_NOTES/<student>.json``.
+  submission again to ``$MLSYS_GRADING_NOTES/<student>.json`` (and to nbgrader's log).
+
+The course tool passes the sandbox settings in ``$MLSYS_SANDBOX``. When nbgrader runs on its own
+(``nbgrader autograde``, Formgrader's *Autograde* button) nobody does, so this step makes them for
+the lab being graded (:func:`plain_settings`): every autograde runs on the sandboxed kernel, with
+the lab's grading edition, whoever starts it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import time
 from pathlib import Path
+from typing import Iterator
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 
-from .config import cell_digest
+from .config import cell_digest, sandbox_settings
+from .edition import build_edition
+from .paths import course_dir
 from .sandbox import SETTINGS_ENV, console_path, report_path
 
 KILLER_ENV = "MLSYS_KILLER_CELL"
@@ -52,10 +62,48 @@ def _error(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
+@functools.lru_cache(maxsize=None)
+def _plain_settings(root: str, lab: str, config_json: str) -> str:
+    from traitlets.config import Config
+
+    edition = build_edition(lab, Path(root) / "editions" / lab)
+    return json.dumps(sandbox_settings(Config(json.loads(config_json)), lab, edition))
+
+
+def plain_settings(config, lab: str) -> str:
+    """The sandbox settings (JSON) for grading ``lab`` under ``config`` when nbgrader runs on its own:
+    its ``c.Sandbox`` limits and the lab's grading edition, built under the course root."""
+    root = str(Path(config.CourseDirectory.root or course_dir()).resolve())
+    sandbox = {"Sandbox": dict(config.Sandbox)} if "Sandbox" in config else {}
+    return _plain_settings(root, lab, json.dumps(sandbox, sort_keys=True))
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
 class SandboxedExecute(Execute):
     """nbgrader's Execute with a notebook time budget, an output budget and the kernel's reports."""
 
     def preprocess(self, nb, resources=None, km=None):
+        if os.environ.get(SETTINGS_ENV):
+            return self._preprocess(nb, resources, km)
+        lab = (resources or {}).get("nbgrader", {}).get("assignment")
+        if not lab:
+            raise ValueError("SandboxedExecute grades an assignment: nbgrader gave no assignment id")
+        with _environment(SETTINGS_ENV, plain_settings(self.config, lab)):
+            return self._preprocess(nb, resources, km)
+
+    def _preprocess(self, nb, resources, km):
         settings = json.loads(os.environ.get(SETTINGS_ENV) or "{}")
         budget = settings.get("wall_seconds")
         self._deadline = time.monotonic() + budget if budget else None
@@ -76,6 +124,8 @@ class SandboxedExecute(Execute):
                     left.unlink(missing_ok=True)  # file, in the system's temporary folder
             if student and os.environ.get(NOTES_ENV):
                 write_notes(Path(os.environ[NOTES_ENV]), student, self._notes)
+            for flag in self._notes["flags"]:
+                self.log.warning("look again at %s's submission: %s", student, flag)
 
     def preprocess_cell(self, cell, resources, index):
         if self._connection_file is None and self.km is not None:

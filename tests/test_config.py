@@ -12,7 +12,7 @@ def test_nbgrader_config_file_is_the_course_config(monkeypatch, tmp_path):
     monkeypatch.setenv("MLSYS_COURSE_DIR", str(tmp_path / "live"))
     monkeypatch.delenv(TOOL_ENV, raising=False)  # as plain nbgrader reads it
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "other"))  # restored after the test
-    loaded = PyFileConfigLoader("nbgrader_config.py", path=str(REPO / "autograder")).load_config()
+    loaded = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
     expected = course_config()
     for section in ("CourseDirectory", "Execute", "GenerateFeedback", "ClearSolutions"):
         assert dict(loaded[section]) == dict(expected[section]), section
