@@ -7,9 +7,10 @@ lab's samples and the attacks from tests/adversarial_corpus.py that plain nbgrad
 do not wait on timeouts), grades them both ways on fresh course folders in this run, and prints both
 times, the ratio and the seconds per submission. Left out of the mix: a copied test cell (plain
 nbgrader stops the whole batch at it: "old version of the nbgrader metadata") and the memory bomb
-(plain nbgrader has no memory limit: it would take the machine's memory until the kernel is killed). Plain nbgrader runs the same notebooks with the course's settings, without
-the sandbox, one at a time (``nbgrader autograde LAB``, then ``nbgrader generate_feedback LAB`` for
-the same work as ``mlsys course grade``, which also writes the reports). Run it on a quiet machine.
+(kept out so that the two mixes stay as they were measured before). Plain nbgrader runs the same notebooks with the course's settings (from
+the repository root, where it finds ``nbgrader_config.py``), each in the same sandbox, one at a time
+(``nbgrader autograde LAB``, then ``nbgrader generate_feedback LAB`` for the same work as
+``mlsys course grade``, which also writes the reports). Run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -67,9 +68,8 @@ def plain_nbgrader(lab: str, names: list[str], folder: Path) -> tuple[float, flo
     seconds = []
     for step in ("autograde", "generate_feedback"):
         start = time.perf_counter()
-        subprocess.run([str(Path(sys.executable).parent / "nbgrader"), step, lab, "--force",
-                        "--config", str(REPO / "autograder" / "nbgrader_config.py")],
-                       cwd=root, env=env, check=False, capture_output=True)
+        subprocess.run([str(Path(sys.executable).parent / "nbgrader"), step, lab, "--force"],
+                       cwd=REPO, env=env, check=False, capture_output=True)
         seconds.append(time.perf_counter() - start)
     graded = len(list((root / "autograded").glob(f"*/{lab}/{lab}.ipynb")))
     if graded < len(names):
@@ -98,7 +98,7 @@ def main() -> None:
         tool = course_grade(args.lab, folder)
     n, plain = len(names), autograde + feedback
     print(f"{n} submissions of {args.lab} on {os.cpu_count()} cores")
-    print(f"  nbgrader autograde (serial, no sandbox):        {autograde:7.1f} s  {autograde / n:5.2f} s/submission")
+    print(f"  nbgrader autograde (serial, sandboxed):         {autograde:7.1f} s  {autograde / n:5.2f} s/submission")
     print(f"  nbgrader autograde + generate_feedback:         {plain:7.1f} s  {plain / n:5.2f} s/submission")
     print(f"  mlsys course grade (parallel, sandboxed, both): {tool:7.1f} s  {tool / n:5.2f} s/submission")
     print(f"  speed-up vs autograde alone: {autograde / tool:.2f}x; vs the same work: {plain / tool:.2f}x "
