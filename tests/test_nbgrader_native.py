@@ -95,7 +95,10 @@ class Class:
             home.mkdir()
 
     def run(self, line: str, student: str | None = None) -> str:
-        env = dict(self.env, USER=student, LOGNAME=student, HOME=str(self.homes[student])) if student else self.env
+        """Run ``line`` as the instructor, or as ``student`` in their folder (all students share this
+        machine's user, so nbgrader is told who they are with ``--student``, as on a shared account)."""
+        env = dict(self.env, HOME=str(self.homes[student])) if student else self.env
+        line = f"{line} --student {student}" if student else line
         done = subprocess.run(["bash", "-c", line], cwd=self.homes[student] if student else self.instructor,
                               env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{line!r} as {student or 'instructor'} failed:\n{done.stdout}\n{done.stderr}"
