@@ -80,11 +80,13 @@ def test_canvas_download_two_namesakes_late_and_resubmitted(tmp_path):
         "doejohn_late_20002_9002_lab01_tensors-1.ipynb": "{}",  # late, a resubmission
         "smithmary_20003_9003_lab01_tensors.ipynb": "{}",
         "smithmary_20003_9004_scratch.ipynb": "{}",  # two files in one submission
+        "müllerjosé_20004_9005_Lab1.ipynb": "{}",
     })
     assert notebooks == {
         "doejohn-20001": "doejohn_20001_9001_lab01_tensors.ipynb",
         "doejohn-20002": "doejohn_late_20002_9002_lab01_tensors-1.ipynb",
         "smithmary-20003": "smithmary_20003_9003_lab01_tensors.ipynb",
+        "mullerjose-20004": "müllerjosé_20004_9005_Lab1.ipynb",
     }
     assert found.problems == {}
     assert found.people["doejohn-20002"] == Person("canvas", "20002", "doejohn", late=True)
