@@ -10,9 +10,11 @@ from pathlib import Path
 
 from . import course, mutate, references, samples
 from .bundle import bundle
+from .export import LMSES, export_grades
 from .lectures import render_lectures
-from .paths import course_dir, lab_names
+from .paths import check_lab, course_dir, lab_names
 from .report import format_table
+from .submissions import find_submissions, format_found
 
 
 def _cmd_release(args) -> int:
@@ -29,12 +31,25 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_grade(args) -> int:
+    if args.dry_run:
+        with tempfile.TemporaryDirectory() as unpack:
+            print(format_found(find_submissions(Path(args.submissions), check_lab(args.lab), Path(unpack),
+                                                students=args.students)))
+        return 0
     results = course.grade(args.lab, Path(args.submissions), root=args.course_dir, workers=args.workers,
-                           chunk_size=args.chunk_size, force=args.force)
+                           chunk_size=args.chunk_size, force=args.force, students=args.students)
     root = Path(args.course_dir or course_dir())
     print(format_table(results))
     print(f"\ngrades: {root / 'grades.csv'}\nfeedback: {root / 'feedback'}\n"
           f"summary: {root / f'summary_{args.lab}.md'}")
+    return 0
+
+
+def _cmd_export(args) -> int:
+    done = export_grades(args.lab, args.lms, args.out, root=args.course_dir, column=args.column, points=args.points)
+    print(f"{args.lms} grades of {done.rows} student(s): {done.path}")
+    for student, why in done.left_out.items():
+        print(f"not exported: {student}: {why}", file=sys.stderr)
     return 0
 
 
@@ -144,13 +159,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_check)
     p = sub.add_parser("grade", help="collect, autograde, feedback and grades.csv for one lab")
     p.add_argument("lab")
-    p.add_argument("submissions", help="folder of <student>/<lab>.ipynb, or an LMS zip")
+    p.add_argument("submissions", help="folder of <student>/<lab>.ipynb, nbgrader's submitted/, or an LMS zip")
     p.add_argument("--course-dir", type=Path, default=None, help="live course folder (default .course/)")
     p.add_argument("--workers", type=int, default=None, help="notebooks graded at once (default: c.Sandbox.workers)")
     p.add_argument("--chunk-size", type=int, default=None,
                    help="students per nbgrader run of a worker (default: c.Sandbox.chunk_size)")
     p.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
+    p.add_argument("--students", type=Path, default=None, metavar="CSV",
+                   help="mapping file: columns prefix and/or lms_id, and student_id (see README)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="only list whose notebook is which, and what would not be graded and why")
     p.set_defaults(run=_cmd_grade)
+    p = sub.add_parser("export", help="the lab's grades as a CSV the LMS imports (Canvas gradebook, "
+                                      "Moodle grading worksheet)")
+    p.add_argument("lab")
+    p.add_argument("--lms", choices=LMSES, required=True)
+    p.add_argument("--out", type=Path, default=None, help="the CSV to write (default .course/<lab>_<lms>.csv)")
+    p.add_argument("--course-dir", type=Path, default=None, help="live course folder (default .course/)")
+    p.add_argument("--column", default=None, help="Canvas: the assignment column's title, e.g. 'Lab 1 (4321)' "
+                                                  "(default: the lab)")
+    p.add_argument("--points", type=float, default=None, help="rescale scores to this maximum (the LMS's points)")
+    p.set_defaults(run=_cmd_export)
     p = sub.add_parser("samples", help="write the lab's sample submissions into DEST")
     p.add_argument("lab")
     p.add_argument("dest")

@@ -16,6 +16,7 @@ from . import samples
 from .batch import COMPANIONS, grade_batch, source_fingerprint
 from .config import Sandbox, load_config, sandbox_settings
 from .edition import build_edition
+from .lms import remember_people
 from .nbgrader_run import require_success, run_converter, validate
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
 from .report import StudentResult, read_results, write_reports, write_summary
@@ -122,8 +123,11 @@ def prepare_gradebook(lab: str, root: Path) -> None:
 
 
 def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int | None = None,
-          chunk_size: int | None = None, force: bool = False, log=print) -> list[StudentResult]:
+          chunk_size: int | None = None, force: bool = False, students: Path | None = None,
+          log=print) -> list[StudentResult]:
     """Collect, autograde and give feedback on every submission of ``lab``; write the reports.
+
+    ``students`` names a mapping file (LMS name or id -> student id, see :mod:`autograder.lms`).
 
     Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.batch`).
     One student's broken submission never stops the batch: it gets 0 with the reason recorded.
@@ -142,7 +146,10 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
     probe(sandbox)
     with tempfile.TemporaryDirectory() as unpack:
         limit = settings.notebook_mb * 2**20
-        found = find_submissions(Path(submissions), lab, Path(unpack), limit=limit)
+        found = find_submissions(Path(submissions), lab, Path(unpack), limit=limit, students=students)
+        remember_people(root, lab, found.people)
+        for student, note in found.notes.items():
+            log(f"{student}: {note}")
         batch = grade_batch(lab, found.notebooks, root, source=found.root, sandbox=sandbox, limit=limit,
                             force=force, companions=getattr(found, "companions", {}), progress=log, workers=settings.workers if workers is None else workers,
                             chunk_size=settings.chunk_size if chunk_size is None else chunk_size)

@@ -37,16 +37,18 @@ def test_several_notebooks_pick_the_lab_or_explain(tmp_path):
     assert "none is exactly" in found.problems["dave"]
 
 
-def test_flat_lms_zip(tmp_path):
+def test_flat_files_named_student_then_lab(tmp_path):
     archive = tmp_path / "download.zip"
     with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("alice_123_456_lab01_tensors.ipynb", "{}")
-        z.writestr("bob_late_789_lab01_tensors.ipynb", "{}")
+        z.writestr(f"alice_{LAB}.ipynb", "{}")
+        z.writestr(f"mary_smith_{LAB}.ipynb", "{}")  # the whole part before the lab's name
+        z.writestr("mary_jones_lab01.ipynb", "{}")  # not the lab's name: whose is it?
         z.writestr("README.ipynb", "{}")
     found = find_submissions(archive, LAB, tmp_path / "unpack")
-    assert sorted(found.notebooks) == ["alice", "bob"]
-    assert found.notebooks["alice"].name == "alice_123_456_lab01_tensors.ipynb"
-    assert "README.ipynb" in found.problems
+    assert sorted(found.notebooks) == ["alice", "mary_smith"]
+    assert found.notebooks["mary_smith"].name == f"mary_smith_{LAB}.ipynb"
+    assert sorted(found.problems) == ["README.ipynb", "mary_jones_lab01.ipynb"]
+    assert "--students" in found.problems["mary_jones_lab01.ipynb"]
 
 
 def test_zip_of_the_submissions_folder(tmp_path):
@@ -107,7 +109,7 @@ def test_zip_extracts_only_bounded_notebooks(tmp_path):
         z.writestr("alice/data.bin", "1" * 5000)
     found = find_submissions(archive, LAB, tmp_path / "unpack", limit=1000)
     assert sorted(found.notebooks) == ["alice"]
-    assert "larger than 1000 bytes" in found.problems[f"{LAB}.ipynb"]
+    assert "larger than 1000 bytes" in found.problems["bomb"]
     assert not list((tmp_path / "unpack").rglob("*.bin")), "only notebooks are extracted"
 
 
