@@ -151,7 +151,8 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
         for student, note in found.notes.items():
             log(f"{student}: {note}")
         batch = grade_batch(lab, found.notebooks, root, source=found.root, sandbox=sandbox, limit=limit,
-                            force=force, companions=getattr(found, "companions", {}), progress=log, workers=settings.workers if workers is None else workers,
+                            force=force, companions=found.companions, progress=log,
+                            workers=settings.workers if workers is None else workers,
                             chunk_size=settings.chunk_size if chunk_size is None else chunk_size)
     problems = {**batch.problems, **found.problems}
     record_notes(root, "problems", lab, problems, replaced=batch.graded)
