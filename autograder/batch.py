@@ -132,10 +132,13 @@ def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: P
 
 
 def private_root(course_root: Path, work: Path) -> None:
-    """An empty course root at ``work`` with a copy of the course gradebook."""
+    """An empty course root at ``work`` with a copy of the course gradebook and of the course
+    folder's own settings file, if any (its late policy, say)."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     shutil.copyfile(course_root / "gradebook.db", work / "gradebook.db")
+    if (course_root / "nbgrader_config.py").is_file():
+        shutil.copyfile(course_root / "nbgrader_config.py", work / "nbgrader_config.py")
 
 
 def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: Path, sandbox: dict) -> list[Outcome]:

@@ -29,7 +29,8 @@ def read_results(root: Path, lab: str, problems: dict[str, str],
 
     A student listed in ``problems`` scores 0 with the reason as status, even if an older
     submission of theirs is still in the gradebook; one listed in ``flags`` keeps the score, with
-    status ``flagged: <why>`` for an instructor to look at.
+    status ``flagged: <why>`` for an instructor to look at. The score is net of nbgrader's late
+    penalty (``c.LateSubmissionPlugin``), which the status then names; the exercises' are not.
     """
     flags = flags or {}
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
@@ -49,8 +50,12 @@ def read_results(root: Path, lab: str, problems: dict[str, str],
                 for grade in sorted(notebook.grades, key=lambda g: g.cell.name)
                 if grade.max_score > 0
             }
+            penalty = float(submission.late_submission_penalty or 0)
             status = f"flagged: {flags[student]}" if student in flags else GRADED
-            results[student] = StudentResult(student, lab, float(submission.score), max_score, status, exercises)
+            if penalty:
+                status += f" (late: -{penalty:g})"
+            results[student] = StudentResult(student, lab, max(0.0, float(submission.score) - penalty), max_score,
+                                             status, exercises)
         for student, why in problems.items():
             results[student] = StudentResult(student, lab, 0.0, max_score, why)
     return [results[s] for s in sorted(results)]

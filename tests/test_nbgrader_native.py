@@ -8,6 +8,7 @@ class (nbgrader's own "autograded" test) and `mlsys course grade` must agree who
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
 import os
@@ -87,6 +88,7 @@ class Class:
         prefix = tmp / "venv-jupyter"  # what `make` installs into the venv, here in a scratch prefix
         install_into_environment(prefix)
         self.env = {**_clean_env(), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+                    "PYTHONPATH": str(REPO),  # `mlsys` of this checkout, whichever the venv was made from
                     "MLSYS_COURSE_DIR": str(self.course),
                     "JUPYTER_CONFIG_PATH": str(prefix / "etc" / "jupyter"),
                     "JUPYTER_PATH": str(prefix / "share" / "jupyter")}
@@ -166,7 +168,10 @@ def test_exchange_round_trip_keeps_timestamps_secrets_and_late_penalties(round_t
     alice_score, alice_penalty = course.score("alice")
     bob_score, bob_penalty = course.score("bob")
     assert alice_score == 15 and alice_penalty == 0
-    assert bob_penalty == 15 and bob_score == 0  # graded in full, then the late penalty of "zero"
+    assert bob_score == 15 and bob_penalty == 15  # graded in full, then the late penalty of "zero"
+    grades = {row["student_id"]: row for row in csv.DictReader((course.course / "grades.csv").open())}
+    assert float(grades["alice"]["score"]) == 15 and float(grades["bob"]["score"]) == 0
+    assert "late" in grades["bob"]["status"] and "late" not in grades["alice"]["status"]
 
 
 @pytest.mark.slow
@@ -209,5 +214,5 @@ def test_plain_nbgrader_and_the_course_tool_share_one_truth(round_trip):
     output = course.run(f"mlsys course grade {LAB} .course/submitted")
     assert "1 submission(s) unchanged since last graded: skipped" in output and "alice: graded" in output, output
     assert graded_in_place(course.course, LAB, everyone) == everyone
-    assert course.score("alice") == (15, 0) and course.score("bob") == (0, 15)
+    assert course.score("alice") == (15, 0) and course.score("bob") == (15, 15)
     assert not (course.course / "autograded" / "alice" / "lab05_precision").exists()
