@@ -52,8 +52,9 @@ lab: setup
 plots: setup
 	$(BIN)/mlsys course figures
 
+## bundle: the student kit for LAB (make bundle LAB=lab03_graph_opt; default: the first lab), in .course/
 bundle: setup
-	$(BIN)/mlsys course bundle
+	$(BIN)/mlsys course bundle $(if $(LAB),--for $(LAB))
 
 release: setup
 	$(BIN)/mlsys course release

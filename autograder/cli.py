@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 from . import course, mutate, references, samples
-from .bundle import bundle
+from .bundle import bundle, default_kit_name, kit_lab
 from .export import LMSES, export_grades
 from .lectures import render_lectures
 from .paths import check_lab, course_dir, lab_names
@@ -67,8 +67,16 @@ def _cmd_references(args) -> int:
 
 
 def _cmd_bundle(args) -> int:
-    out = Path(args.out or course_dir() / "mlsys-course-student.zip")
-    print(f"student bundle: {bundle(out)}")
+    lab = kit_lab(args.lab)
+    kit = bundle(Path(args.out or course_dir() / default_kit_name(lab)), lab)
+    print(f"student kit for {lab}: {kit.path}")
+    print(f"  {len(kit.plan.removed)} functions of mlsys_lib are stubs (exercises of {lab} and later labs, "
+          "and the helpers only they use)")
+    if kit.plan.spared:
+        print(f"  kept working, as {lab}'s released notebook runs them: {', '.join(kit.plan.spared)}")
+    if kit.plan.demo_breaks:
+        print(f"warning: cells of {lab}'s released notebook call these answers, which the kit stubs, so they "
+              f"raise for students: {', '.join(kit.plan.demo_breaks)}", file=sys.stderr)
     return 0
 
 
@@ -193,8 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
                                           "into solutions/<lab>/references.txt")
     p.add_argument("labs", nargs="*")
     p.set_defaults(run=_cmd_references)
-    p = sub.add_parser("bundle", help="the student zip: labs, environment.yml, the mlsys_lib wheel")
-    p.add_argument("--out", default=None)
+    p = sub.add_parser("bundle", help="the student kit for a lab: labs, environment.yml, the mlsys_lib wheel "
+                                      "with that lab's and later labs' exercises stubbed")
+    p.add_argument("--for", dest="lab", metavar="LAB", default=None,
+                   help="the lab the students work on (default: the first lab, every exercise stubbed)")
+    p.add_argument("--out", default=None, help="the zip to write (default: .course/mlsys-course-student-LAB.zip)")
     p.set_defaults(run=_cmd_bundle)
     p = sub.add_parser("figures", help="execute the lecture notebooks, writing lectures/figures/")
     p.add_argument("lectures", nargs="*")

@@ -17,6 +17,10 @@ with ``RuntimeError``, to guard a function the edition still has: a stale manife
 The removed set lives in the generated ``mlsys_lib/testing/_edition.py``; the library itself has no
 such file, and its guard is the one in the repository.
 
+The student kit's library (:mod:`autograder.kit`) is made by the same planning and stubbing
+(:func:`plan_removal`, :func:`write_stubbed_package`) over several labs' manifests, with its own
+stub message and no byte code.
+
 Layout of ``dest``: ``mlsys_lib/`` (byte-compiled) and ``EDITION.json`` (lab, fingerprint, what was
 removed, file and line). A build is reused while the fingerprint (package files, manifest, this
 builder) matches, and is atomic: it is written into a temporary sibling folder, then renamed.
@@ -37,7 +41,7 @@ import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .paths import SOLUTIONS, check_lab
 from .references import PACKAGE, PACKAGE_NAME, Definition, ModuleSource, PackageSource, read_manifest
@@ -116,7 +120,8 @@ class Removal:
     """One def of the edition whose body is a stub: a guarded reference, or a helper only it used."""
 
     definition: Definition
-    reason: str          # "reference" or "helper of <key>, ..."
+    reason: str                   # "reference" or "helper of <key>, ..."
+    users: tuple[str, ...] = ()   # a helper's removed users (keys), each removed before it
 
     @property
     def key(self) -> str:
@@ -161,7 +166,7 @@ def plan_removal(source: PackageSource, references: Sequence[str], listed: Itera
             users = _removed_users(candidate, uses_by_value.get(candidate.name, ()), removals)
             if users:
                 reason = "helper of " + ", ".join(sorted(users))
-                removals[id(candidate)] = Removal(candidate, reason)
+                removals[id(candidate)] = Removal(candidate, reason, tuple(sorted(users)))
                 changed = True
     return list(removals.values())
 
@@ -272,15 +277,22 @@ def _stub_region(lines: list[str], definition: Definition, statement: str) -> tu
     return keep_until + 1, last, [f"{indent}{statement}\n"]
 
 
-def stub_module(text: str, removals: Sequence[Removal], lab: str) -> str:
-    """``text`` with the body of every removal replaced by its stub; all other lines byte-identical."""
+def stub_module(text: str, removals: Sequence[Removal], lab: str,
+                message: Callable[[Removal], str] | None = None) -> str:
+    """``text`` with the body of every removal replaced by its stub; all other lines byte-identical.
+
+    The stub raises ``NotImplementedError(message(removal))``; by default the grading edition's
+    :data:`STUB_MESSAGE` for ``lab``.
+    """
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     regions = []
     for removal in removals:
-        message = STUB_MESSAGE.format(qualname=removal.definition.qualname, lab=lab)
-        regions.append(_stub_region(lines, removal.definition, f"raise NotImplementedError({json.dumps(message)})"))
+        message_text = (message(removal) if message
+                        else STUB_MESSAGE.format(qualname=removal.definition.qualname, lab=lab))
+        statement = f"raise NotImplementedError({json.dumps(message_text)})"
+        regions.append(_stub_region(lines, removal.definition, statement))
     regions.sort(key=lambda region: region[0])
     kept: list[tuple[int, int, list[str]]] = []
     for region in regions:  # a def nested in a removed body goes with it
@@ -397,23 +409,35 @@ def _not_edition_files(folder: str, names: list[str]) -> set[str]:
     return {n for n in names if n.endswith((".pyc", ".pyo")) and (not n.endswith(tag) or ".opt-" in n)}
 
 
-def _write_edition(lab: str, references: Sequence[str], kept: Sequence[str], stamp: str, folder: Path) -> None:
-    """Copy the package into ``folder``, stub the removals, add the guard check, byte-compile."""
-    source = PackageSource(PACKAGE)
-    removals = plan_removal(source, references, notebook_names(lab))
-    package = folder / PACKAGE_NAME
-    shutil.copytree(PACKAGE, package, ignore=_not_edition_files)
+def write_stubbed_package(source: PackageSource, removals: Sequence[Removal], folder: Path, *, lab: str,
+                          ignore: Callable[[str, list[str]], set[str]],
+                          message: Callable[[Removal], str] | None = None) -> Path:
+    """Copy ``source``'s package into ``folder`` (``shutil.copytree``'s ``ignore`` says what stays out)
+    with the body of every removal a stub (:func:`stub_module`); return the copy's package folder.
+
+    ``lab`` names the build in errors and, without ``message``, in the grading edition's stubs.
+    """
+    package = folder / source.package.name
+    shutil.copytree(source.package, package, ignore=ignore)
     by_module: dict[str, list[Removal]] = {}
     for removal in removals:
         by_module.setdefault(removal.definition.module, []).append(removal)
     for module_name, module_removals in by_module.items():
         module = source.modules[module_name]
-        text = stub_module(module.text, module_removals, lab)
+        text = stub_module(module.text, module_removals, lab, message)
         try:
             ast.parse(text)
         except SyntaxError as error:  # a builder bug: say where, do not ship it
             raise RuntimeError(f"stubbing {module.path} for {lab} gave invalid Python: {error}") from None
         (folder / module.path).write_text(text, encoding="utf-8")
+    return package
+
+
+def _write_edition(lab: str, references: Sequence[str], kept: Sequence[str], stamp: str, folder: Path) -> None:
+    """Copy the package into ``folder``, stub the removals, add the guard check, byte-compile."""
+    source = PackageSource(PACKAGE)
+    removals = plan_removal(source, references, notebook_names(lab))
+    package = write_stubbed_package(source, removals, folder, lab=lab, ignore=_not_edition_files)
     (package / EDITION_MODULE).write_text(_edition_module(lab, removals, kept), encoding="utf-8")
     guard = package / GUARD_MODULE
     guard.write_text(guard.read_text(encoding="utf-8") + _GUARD_ADDITION, encoding="utf-8")

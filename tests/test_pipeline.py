@@ -1,4 +1,4 @@
-"""The whole nbgrader path of a lab: release, check, collect, autograde, feedback, grades, bundle.
+"""The whole nbgrader path of a lab: release, check, collect, autograde, feedback, grades.
 
 Slow: every graded submission runs a real Jupyter kernel through nbgrader, so each lab grades its
 solution, its blank and the first WRONG of its wrong-answer fixtures here; test_fixtures.py runs all
@@ -7,13 +7,11 @@ to the grader (copied cells, other kernels, broken files, attacks) is in test_ad
 """
 
 import csv
-import zipfile
 
 import nbformat
 import pytest
 
 from autograder import course, samples
-from autograder.bundle import audit, bundle
 from autograder.paths import LABS, lab_names
 from feedback_check import hidden_lines, leaked_lines
 
@@ -103,23 +101,3 @@ def test_check_solutions_pass_and_releases_fail(course_root):
     results = course.check(["lab04_memory"], root=course_root)
     assert len(results) == 2
     assert all(r.ok for r in results), [(str(r.notebook), r.detail) for r in results]
-
-
-def test_student_bundle_holds_no_secret(tmp_path):
-    out = bundle(tmp_path / "kit.zip")
-    with zipfile.ZipFile(out) as archive:
-        names = archive.namelist()
-    assert "mlsys-course/environment.yml" in names and "mlsys-course/README.md" in names
-    assert any(n.startswith("mlsys-course/mlsys_lib-") and n.endswith(".whl") for n in names)
-    for lab in lab_names():
-        assert f"mlsys-course/labs/{lab}/{lab}.ipynb" in names
-    assert audit(out) == []
-
-
-def test_bundle_audit_catches_secrets(tmp_path):
-    planted = tmp_path / "planted.zip"
-    with zipfile.ZipFile(planted, "w") as archive:
-        archive.writestr("mlsys-course/labs/x.ipynb", "### BEGIN HIDDEN TESTS\nassert True\n")
-        archive.writestr("mlsys-course/solutions/lab.ipynb", "{}")
-    problems = audit(planted)
-    assert any("HIDDEN TESTS" in p for p in problems) and any("instructor-only" in p for p in problems)
