@@ -39,9 +39,11 @@ test: setup system-deps
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
-## lab: open JupyterLab on the student release
+## lab: copy the labs not fetched yet into work/ (your copy, git-ignored; labs/ stays the release and
+## a copy is never overwritten) and open JupyterLab there. PORT=8899 picks the port (default: 8888 or
+## the next free one), BROWSER=no opens no browser tab.
 lab: setup
-	$(BIN)/jupyter lab labs/
+	$(BIN)/mlsys lab $(if $(PORT),--port $(PORT)) $(if $(filter no,$(BROWSER)),--no-browser)
 
 plots: setup
 	$(BIN)/mlsys course figures

@@ -16,7 +16,7 @@ from .report import format_table
 
 
 def _cmd_release(args) -> int:
-    for notebook in course.release(args.labs or None):
+    for notebook in course.release(args.labs or None, force=args.force):
         print(f"released {notebook}")
     return 0
 
@@ -136,8 +136,11 @@ def _cmd_all(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlsys course", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("release", help="regenerate labs/ from solutions/ with nbgrader")
+    p = sub.add_parser("release", help="regenerate labs/ from solutions/ with nbgrader (refused if it would "
+                                       "overwrite a file edited by hand)")
     p.add_argument("labs", nargs="*")
+    p.add_argument("--force", action="store_true",
+                   help="release even over edited files, after moving them to work/release-backups/<UTC time>/")
     p.set_defaults(run=_cmd_release)
     p = sub.add_parser("check", help="solutions pass their tests; releases fail every graded test")
     p.add_argument("labs", nargs="*")
