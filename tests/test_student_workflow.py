@@ -1,9 +1,13 @@
-"""Student work is never lost: students work on a copy (``mlsys lab``), and a release refuses to
-overwrite a release file edited by hand (``--force`` moves it to a backup first).
+"""What students and instructors see of the course tool.
 
-The release tests run nbgrader on a one-exercise lab in a temporary ``solutions/``, released into a
-temporary git repository (or a plain folder: a tarball), so that they can change the source, commit,
-and edit the release freely.
+Student work is never lost: students work on a copy (``mlsys lab``), and a release refuses to
+overwrite a release file edited by hand (``--force`` moves it to a backup first). The release tests
+run nbgrader on a one-exercise lab in a temporary ``solutions/``, released into a temporary git
+repository (or a plain folder: a tarball), so that they can change the source, commit, and edit the
+release freely.
+
+The course tool's output is a summary, not the chatter of kernels and libraries; course pages
+(feedback, Formgrader's manual grading, JupyterLab) load no asset from another site.
 """
 
 import os
@@ -14,11 +18,20 @@ import sys
 import time
 import urllib.request
 
+import re
+from html.parser import HTMLParser
+from urllib.parse import urljoin, urlsplit
+
 import nbformat
 import pytest
+from jupyter_server_mathjax.app import STATIC_ASSETS_PATH
+from nbconvert.exporters import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbgrader.server_extensions.formgrader import handlers
+from traitlets.config import Config
 
-from autograder import config, course, paths
+from autograder import config, course, paths, samples
+from autograder.config import load_config
 from autograder.release_guard import ReleaseRefused
 from mlsys_lib import workspace
 
@@ -183,10 +196,12 @@ def test_mlsys_lab_fetches_and_serves_jupyterlab_on_the_chosen_port(tmp_path):
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         status = wait_for(f"http://127.0.0.1:{port}/api", server)
+        mathjax = wait_for(f"http://127.0.0.1:{port}/static/jupyter_server_mathjax/MathJax.js", server)
     finally:
         server.terminate()
         output = server.communicate(timeout=30)[0].decode()
     assert '"version"' in status, output  # as root too: `mlsys lab` adds --allow-root there
+    assert mathjax.startswith("/*"), "the server serves the MathJax that Formgrader's pages load"
     assert f"Serving notebooks from local directory: {tmp_path / 'work'}" in output
     assert (tmp_path / "work" / "lab02_b" / "lab02_b.ipynb").read_text() == "release of lab02_b"
 
@@ -209,3 +224,88 @@ def wait_for(url: str, server: subprocess.Popen, seconds: float = 60) -> str:
         except OSError:
             time.sleep(0.3)
     pytest.fail(f"{url} did not answer within {seconds} s")
+
+
+class Assets(HTMLParser):
+    """The URLs a page loads by itself (``src`` of any element, ``href`` of ``link``, CSS ``url()``
+    and ``@import``), not the links a reader may follow."""
+
+    CSS_URL = re.compile(r"""(?:url\(|@import)\s*['"]?([^'")\s;]+)""")
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.urls: list[str] = []
+        self.in_style = False
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if value and (name in ("src", "srcset", "poster", "data") or (tag == "link" and name == "href")):
+                self.urls.append(value)
+            if value and name == "style":
+                self.urls += self.CSS_URL.findall(value)
+        self.in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self.in_style = False
+
+    def handle_data(self, data):
+        if self.in_style:
+            self.urls += self.CSS_URL.findall(re.sub(r"/\*.*?\*/", "", data, flags=re.DOTALL))
+
+
+def remote(urls: list[str]) -> list[str]:
+    """The URLs that name a host: another site (``http://``, ``https://``, ``//host``)."""
+    return [url for url in urls if urlsplit(url.strip()).netloc]
+
+
+def mathjax_url(urls: list[str]) -> str:
+    (url,) = [url for url in urls if "MathJax.js" in url]
+    return url
+
+
+def test_formgrader_manual_grading_page_loads_mathjax_from_the_jupyter_server():
+    # Formgrader's own settings first, then the course's (nbgrader loads them in this order).
+    settings = Config()
+    settings.HTMLExporter.template_name = "formgrade"
+    settings.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    settings.merge(load_config())
+    resources = {"assignment_id": "lab04_memory", "notebook_id": "lab04_memory", "submission_id": "abc",
+                 "index": 0, "total": 1, "base_url": "/user/ta", "student": "s", "last_name": None,
+                 "first_name": None, "notebook_path": "autograded/s/lab04_memory/lab04_memory.ipynb"}
+    page, _ = HTMLExporter(config=settings).from_filename(str(paths.LABS / "lab04_memory" / "lab04_memory.ipynb"),
+                                                          resources=resources)
+    urls = Assets(page).urls
+    assert len(urls) > 10 and remote(urls) == []
+    # the page is {base_url}/formgrader/submissions/<id>/; jupyter-server-mathjax serves {base_url}/static/...
+    loaded = urlsplit(urljoin("http://grader/user/ta/formgrader/submissions/abc/", mathjax_url(urls)))
+    assert loaded.path == "/user/ta/static/jupyter_server_mathjax/MathJax.js"
+    assert (STATIC_ASSETS_PATH / "MathJax.js").is_file()
+
+
+GRADE_OUTPUT = [re.compile(line) for line in (
+    r"student +score +status", r"(solution|blank) +\d+ / \d+ +graded", r"",
+    r"(grades|feedback|summary): /\S+",
+)]
+
+
+@pytest.mark.slow
+def test_grade_prints_a_summary_and_feedback_loads_mathjax_from_the_course_folder(tmp_path):
+    samples.build_samples("lab04_memory", tmp_path / "submissions", wrong=0)  # solution and blank
+    root = tmp_path / "course"
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from autograder.cli import main; sys.exit(main(sys.argv[1:]))",
+         "grade", "lab04_memory", str(tmp_path / "submissions"), "--course-dir", str(root)],
+        cwd=paths.REPO, env={**os.environ, "PYTHONPATH": str(paths.REPO)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", "warnings or kernel output reached the terminal"
+    lines = done.stdout.splitlines()
+    unexpected = [line for line in lines if not any(form.fullmatch(line) for form in GRADE_OUTPUT)]
+    assert unexpected == [] and len(lines) == 7, done.stdout
+
+    feedback = root / "feedback" / "solution" / "lab04_memory" / "lab04_memory.html"
+    urls = Assets(feedback.read_text()).urls
+    assert remote(urls) == []
+    loaded = urlsplit(urljoin(feedback.as_uri(), mathjax_url(urls)))._replace(query="").geturl()
+    assert loaded == (root / "mathjax" / "MathJax.js").as_uri()
+    assert (root / "mathjax" / "MathJax.js").read_bytes() == (STATIC_ASSETS_PATH / "MathJax.js").read_bytes()
