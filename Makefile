@@ -28,8 +28,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures
+## (a summary; V=1 shows everything: each sample, what nbgrader and the kernels print, warnings)
 course: setup system-deps
-	$(BIN)/mlsys course all
+	$(BIN)/mlsys course all $(if $(V),-v)
 
 ## test: every test, the slow end-to-end ones included
 test: setup system-deps

@@ -164,7 +164,7 @@ def _cmd_all(args) -> int:
 
 #: Commands that run nbgrader, kernels or grading workers: what those write goes to the course folder's
 #: :data:`LOG` (Python warnings are ignored), unless -v.
-CHATTY = ("release", "check", "grade", "figures", "all")
+CHATTY = ("release", "check", "grade", "figures", "references", "all")
 LOG = "mlsys-course.log"
 
 
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("labs", nargs="*")
     p.add_argument("--jobs", type=int, default=2, help="fixtures run at once (default 2)")
     p.set_defaults(run=_cmd_fixtures)
-    p = sub.add_parser("references", help="record which library functions each lab's tests guard, "
+    p = sub.add_parser("references", parents=[verbose], help="record which library functions each lab's tests guard, "
                                           "into solutions/<lab>/references.txt")
     p.add_argument("labs", nargs="*")
     p.set_defaults(run=_cmd_references)
