@@ -21,6 +21,14 @@ from typing import Iterator
 PROGRESS_MESSAGE = re.compile(r"\|[#-]+\| \[\d+/\d+\] ")
 
 
+def _writes_to(stream, fd: int) -> bool:
+    """Whether the Python ``stream`` writes to the file descriptor ``fd`` (not to a capture, say)."""
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory stream
+        return False
+
+
 @contextlib.contextmanager
 def children_to_log(log: Path) -> Iterator[None]:
     """Inside: what child processes and C libraries write to standard output and error goes to
@@ -30,12 +38,13 @@ def children_to_log(log: Path) -> Iterator[None]:
     streams, environment = (sys.stdout, sys.stderr), os.environ.get("PYTHONWARNINGS")
     for stream in streams:
         stream.flush()
-    terminal = [os.dup(1), os.dup(2)]
+    saved = [os.dup(1), os.dup(2)]
     with open(log, "wb") as sink, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         os.environ["PYTHONWARNINGS"] = "ignore"
-        sys.stdout, sys.stderr = (open(fd, "w", buffering=1, encoding=stream.encoding or "utf-8",
-                                       errors="replace", closefd=False) for fd, stream in zip(terminal, streams))
+        sys.stdout, sys.stderr = (
+            open(terminal, "w", buffering=1, encoding=stream.encoding or "utf-8", errors="replace", closefd=False)
+            if _writes_to(stream, fd) else stream for fd, terminal, stream in zip((1, 2), saved, streams))
         os.dup2(sink.fileno(), 1)
         os.dup2(sink.fileno(), 2)
         try:
@@ -43,10 +52,10 @@ def children_to_log(log: Path) -> Iterator[None]:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(terminal[0], 1)
-            os.dup2(terminal[1], 2)
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
             sys.stdout, sys.stderr = streams
-            for fd in terminal:
+            for fd in saved:
                 os.close(fd)
             if environment is None:
                 os.environ.pop("PYTHONWARNINGS", None)
