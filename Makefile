@@ -34,8 +34,9 @@ $(GRADER): $(STAMP) autograder/config.py
 	$(BIN)/python -m autograder.config install
 
 ## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures
+## (a summary; V=1 shows everything: each sample, what nbgrader and the kernels print, warnings)
 course: setup system-deps
-	$(BIN)/mlsys course all
+	$(BIN)/mlsys course all $(if $(V),-v)
 
 ## test: every test, the slow end-to-end ones included
 test: setup system-deps
@@ -45,9 +46,11 @@ test: setup system-deps
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
-## lab: open JupyterLab on the student release
+## lab: copy the labs not fetched yet into work/ (your copy, git-ignored; labs/ stays the release and
+## a copy is never overwritten) and open JupyterLab there. PORT=8899 picks the port (default: 8888 or
+## the next free one), BROWSER=no opens no browser tab.
 lab: setup
-	$(BIN)/jupyter lab labs/
+	$(BIN)/mlsys lab $(if $(PORT),--port $(PORT)) $(if $(filter no,$(BROWSER)),--no-browser)
 
 plots: setup
 	$(BIN)/mlsys course figures

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 from . import course, mutate, references, samples
+from .batch import progress_bar
 from .bundle import bundle, default_kit_name, kit_lab
+from .config import install_mathjax
+from .console import Progress, children_to_log
 from .export import LMSES, export_grades
 from .lectures import render_lectures
 from .paths import check_lab, course_dir, lab_names
@@ -18,7 +23,7 @@ from .submissions import find_submissions, format_found
 
 
 def _cmd_release(args) -> int:
-    for notebook in course.release(args.labs or None):
+    for notebook in course.release(args.labs or None, force=args.force):
         print(f"released {notebook}")
     return 0
 
@@ -36,12 +41,16 @@ def _cmd_grade(args) -> int:
             print(format_found(find_submissions(Path(args.submissions), check_lab(args.lab), Path(unpack),
                                                 students=args.students)))
         return 0
+    progress = Progress(args.verbose)
     results = course.grade(args.lab, Path(args.submissions), root=args.course_dir, workers=args.workers,
-                           chunk_size=args.chunk_size, force=args.force, students=args.students)
+                           chunk_size=args.chunk_size, force=args.force, students=args.students, log=progress)
+    progress.clear()
     root = Path(args.course_dir or course_dir())
+    install_mathjax(root)
     print(format_table(results))
     print(f"\ngrades: {root / 'grades.csv'}\nfeedback: {root / 'feedback'}\n"
           f"summary: {root / f'summary_{args.lab}.md'}")
+    _say_log(args)
     return 0
 
 
@@ -51,6 +60,12 @@ def _cmd_export(args) -> int:
     for student, why in done.left_out.items():
         print(f"not exported: {student}: {why}", file=sys.stderr)
     return 0
+
+
+def _say_log(args) -> None:
+    """Where the output of what the command ran went (see :data:`CHATTY`), if it wrote any."""
+    if not args.verbose and args.log.stat().st_size:
+        print(f"output of nbgrader and the kernels: {args.log}")
 
 
 def _cmd_samples(args) -> int:
@@ -118,12 +133,13 @@ def _cmd_fixtures(args) -> int:
     return 0 if ok else 1
 
 
-def grade_samples(lab: str, root: Path) -> tuple[str, bool]:
-    """Grade the lab's sample submissions; return the table and whether each scored as it must."""
+def grade_samples(lab: str, root: Path, log=lambda message: None) -> list[tuple[bool, str]]:
+    """Grade the lab's sample submissions (progress through ``log``); for each, whether it scored as
+    it must and a line that says so."""
     with tempfile.TemporaryDirectory() as tmp:
         expected = samples.build_samples(lab, Path(tmp))
-        results = course.grade(lab, Path(tmp), root=root, force=True, log=lambda message: None)
-    ok, lines = True, []
+        results = course.grade(lab, Path(tmp), root=root, force=True, log=log)
+    rows = []
     for r in results:
         wrong = expected[r.student]
         if r.student == "solution":
@@ -133,39 +149,66 @@ def grade_samples(lab: str, root: Path) -> tuple[str, bool]:
         else:
             lost = {name for name, (score, maximum) in r.exercises.items() if score < maximum}
             good, must = lost == set(wrong.loses), f"lose exactly {', '.join(wrong.loses)}"
-        ok &= good
-        lines.append(f"  {'ok  ' if good else 'FAIL'} {r.student:<32} {r.score:>5g} / {r.max_score:<5g} must {must}")
-    return "\n".join(lines), ok
+        rows.append((good, f"  {'ok  ' if good else 'FAIL'} {r.student:<32} {r.score:>5g} / {r.max_score:<5g} "
+                           f"must {must}"))
+    return rows
 
 
 def _cmd_all(args) -> int:
-    """``make course``: release, grade every lab's samples, render the lectures, summarize."""
+    """``make course``: release, grade every lab's samples, render the lectures, summarize: a line
+    per lab (every sample's line with ``-v``, else only those that FAIL)."""
     root = course_dir()
     released = course.release()
     print(f"released {len(released)} notebook(s) into labs/")
     ok = True
     for lab in lab_names():
-        table, good = grade_samples(lab, root)
-        ok &= good
-        print(f"{lab}: sample submissions\n{table}")
+        start, progress = time.monotonic(), Progress(args.verbose, prefix=f"{lab:<18} ")
+        rows = grade_samples(lab, root, log=progress)
+        progress.clear()
+        good = sum(row_ok for row_ok, _ in rows)
+        ok &= good == len(rows)
+        print(f"{lab:<18} {progress_bar(good, len(rows))} {good}/{len(rows)} samples scored as they must"
+              + (f", {len(rows) - good} FAIL" if good < len(rows) else "") + f" ({time.monotonic() - start:.0f} s)")
+        for row_ok, line in rows:
+            if args.verbose or not row_ok:
+                print(line)
+    progress = Progress(args.verbose)
+    progress.show("rendering the lecture notebooks ...")
     rendered = render_lectures()
+    progress.clear()
     print(f"lecture figures: {len(rendered.figures)} written to lectures/figures/")
     _report_claims(rendered)
+    install_mathjax(root)
     print(f"grades: {root / 'grades.csv'}   feedback: {root / 'feedback'}")
+    _say_log(args)
     print("course OK" if ok else "course BROKEN: a sample scored as it must not")
     return 0 if ok else 1
 
 
+#: Commands that run nbgrader, kernels or grading workers: what those write goes to the course folder's
+#: :data:`LOG` (Python warnings are ignored), unless -v.
+CHATTY = ("release", "check", "grade", "figures", "references", "all")
+LOG = "mlsys-course.log"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlsys course", description=__doc__)
+    verbose_help = (f"show everything: each student's progress and each sample's line, and what nbgrader, the "
+                    f"kernels and the libraries print (else in <course folder>/{LOG}), warnings included")
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
+    verbose = argparse.ArgumentParser(add_help=False)  # -v after the command too
+    verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("release", help="regenerate labs/ from solutions/ with nbgrader")
+    p = sub.add_parser("release", parents=[verbose], help="regenerate labs/ from solutions/ with nbgrader (refused "
+                                                          "if it would overwrite a file edited by hand)")
     p.add_argument("labs", nargs="*")
+    p.add_argument("--force", action="store_true",
+                   help="release even over edited files, after moving them to work/release-backups/<UTC time>/")
     p.set_defaults(run=_cmd_release)
-    p = sub.add_parser("check", help="solutions pass their tests; releases fail every graded test")
+    p = sub.add_parser("check", parents=[verbose], help="solutions pass their tests; releases fail every graded test")
     p.add_argument("labs", nargs="*")
     p.set_defaults(run=_cmd_check)
-    p = sub.add_parser("grade", help="collect, autograde, feedback and grades.csv for one lab")
+    p = sub.add_parser("grade", parents=[verbose], help="collect, autograde, feedback and grades.csv for one lab")
     p.add_argument("lab")
     p.add_argument("submissions", help="folder of <student>/<lab>.ipynb, nbgrader's submitted/, or an LMS zip")
     p.add_argument("--course-dir", type=Path, default=None, help="live course folder (default .course/)")
@@ -197,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("labs", nargs="*")
     p.add_argument("--jobs", type=int, default=2, help="fixtures run at once (default 2)")
     p.set_defaults(run=_cmd_fixtures)
-    p = sub.add_parser("references", help="record which library functions each lab's tests guard, "
+    p = sub.add_parser("references", parents=[verbose], help="record which library functions each lab's tests guard, "
                                           "into solutions/<lab>/references.txt")
     p.add_argument("labs", nargs="*")
     p.set_defaults(run=_cmd_references)
@@ -207,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the lab the students work on (default: the first lab, every exercise stubbed)")
     p.add_argument("--out", default=None, help="the zip to write (default: .course/mlsys-course-student-LAB.zip)")
     p.set_defaults(run=_cmd_bundle)
-    p = sub.add_parser("figures", help="execute the lecture notebooks, writing lectures/figures/")
+    p = sub.add_parser("figures", parents=[verbose], help="execute the lecture notebooks, writing lectures/figures/")
     p.add_argument("lectures", nargs="*")
     p.set_defaults(run=_cmd_figures)
     p = sub.add_parser("mutate", help="mutation testing: how many one-edit wrong answers the lab's tests catch")
@@ -222,17 +265,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-score", type=float, default=90.0, help="exit 1 below this total score, in %% (default 90)")
     p.add_argument("--quiet", action="store_true", help="only the table: no survivors and their diffs")
     p.set_defaults(run=_cmd_mutate)
-    p = sub.add_parser("all", help="what `make course` runs")
+    p = sub.add_parser("all", parents=[verbose], help="what `make course` runs")
     p.set_defaults(run=_cmd_all)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    # nbgrader's gradebook trips SQLAlchemy's autoflush warnings on every read: noise to an instructor.
-    warnings.filterwarnings("ignore", module="nbgrader")
     args = build_parser().parse_args(argv)
+    if not args.verbose:  # nbgrader's gradebook trips SQLAlchemy's autoflush warnings on every read
+        warnings.filterwarnings("ignore", module="nbgrader")
+    args.log = Path(getattr(args, "course_dir", None) or course_dir()) / LOG
     try:
-        return args.run(args)
+        with children_to_log(args.log) if args.command in CHATTY and not args.verbose else contextlib.nullcontext():
+            return args.run(args)
     except (ValueError, RuntimeError) as error:
         print(f"mlsys course {args.command}: {error}", file=sys.stderr)
         return 2

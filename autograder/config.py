@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import nbgrader
+from jupyter_server_mathjax.app import STATIC_ASSETS_PATH as MATHJAX
 from traitlets import Bool, Int, List, Unicode
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
@@ -42,6 +44,14 @@ CONFIG_ENV = "MLSYS_CONFIG"
 
 #: Set by the course tool, so the settings file skips what only plain nbgrader needs.
 TOOL_ENV = "MLSYS_COURSE_TOOL"
+
+#: The course's page templates: they override only nbgrader's MathJax macro, so that feedback pages and
+#: Formgrader's manual-grading page load MathJax from a local copy (the jupyter-server-mathjax
+#: package), never from a CDN; every other asset of those pages is local already (nbgrader's own).
+TEMPLATES = Path(__file__).resolve().with_name("templates")
+NBGRADER_TEMPLATES = Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"
+#: The course folder's copy of MathJax, which feedback pages load by a relative URL (templates/feedback/).
+MATHJAX_COPY = "mathjax"
 
 
 class Sandbox(Configurable):
@@ -164,7 +174,21 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     # would escape headings and paragraphs, so the templates use the course's allow-list instead.
     c.HTMLExporter.sanitize_html = True
     c.HTMLExporter.filters = {"clean_html": "autograder.safe_html.clean_html"}
+    # MathJax from a local copy, for feedback and Formgrader alike (see TEMPLATES); nbgrader's
+    # templates follow ours.
+    c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(NBGRADER_TEMPLATES)]
     return c
+
+
+def install_mathjax(root: Path | None = None) -> Path:
+    """Copy MathJax into the course folder, where feedback pages find it (``<root>/mathjax/``, made
+    again when the installed MathJax changed); returns the copy."""
+    copy = Path(root or course_dir()).resolve() / MATHJAX_COPY
+    current = copy / "MathJax.js"
+    if not current.is_file() or current.read_bytes() != (MATHJAX / "MathJax.js").read_bytes():
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(MATHJAX, copy)
+    return copy
 
 
 def load_config(root: Path | None = None, release_dir: Path | None = None) -> Config:

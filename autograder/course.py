@@ -19,6 +19,7 @@ from .edition import build_edition
 from .lms import remember_people
 from .nbgrader_run import require_success, run_converter, validate
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
+from .release_guard import ReleaseRecord, ReleaseRefused, back_up, default_backups, install, plan_lab, refusal
 from .report import StudentResult, read_results, write_reports, write_summary
 from .sandbox import probe
 from .sanitize import demote_duplicate_cells, read_submission, tamper_flags
@@ -27,23 +28,40 @@ from .submissions import find_submissions
 SECRET_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
 
-def release(labs: list[str] | None = None, *, release_dir: Path = LABS, root: Path | None = None) -> list[Path]:
-    """Regenerate the student release of ``labs`` (default: all) from ``solutions/``.
+def release(labs: list[str] | None = None, *, release_dir: Path = LABS, root: Path | None = None,
+            force: bool = False, backups: Path | None = None, log=print) -> list[Path]:
+    """Regenerate the student release of ``labs`` (default: all) from ``solutions/`` into ``release_dir``.
 
-    Returns the released notebooks. Raises if nbgrader fails or if secret text survived.
+    The labs are generated into a temporary folder first; then, if a file the release would
+    overwrite was edited by someone (see :mod:`autograder.release_guard`), nothing is written and
+    :class:`~autograder.release_guard.ReleaseRefused` names the files, unless ``force``: then they
+    are moved under ``backups`` (default ``work/release-backups/<UTC time>/`` beside
+    ``release_dir``, said through ``log``) first. Returns the released notebooks. Raises if
+    nbgrader fails or if secret text survived.
     """
     root = Path(root or course_dir())
-    released = []
-    for lab in labs or lab_names():
-        check_lab(lab)
-        require_success(run_converter(GenerateAssignment, lab, ".", root=root, release_dir=release_dir),
-                        f"nbgrader generate_assignment {lab}")
-        for notebook in sorted((Path(release_dir) / lab).glob("*.ipynb")):
-            leaked = [m for m in SECRET_MARKERS if m in notebook.read_text()]
-            if leaked:
-                raise RuntimeError(f"{notebook} still contains {', '.join(leaked)}")
-            released.append(notebook)
-    return released
+    labs = [check_lab(lab) for lab in labs or lab_names()]
+    record = ReleaseRecord(root)
+    with tempfile.TemporaryDirectory() as tmp:
+        for lab in labs:
+            require_success(run_converter(GenerateAssignment, lab, ".", root=root, release_dir=Path(tmp)),
+                            f"nbgrader generate_assignment {lab}")
+            for notebook in sorted((Path(tmp) / lab).glob("*.ipynb")):
+                leaked = [m for m in SECRET_MARKERS if m in notebook.read_text()]
+                if leaked:
+                    raise RuntimeError(f"{notebook.name} of {lab} still contains {', '.join(leaked)}")
+        plans = [plan_lab(Path(tmp) / lab, Path(release_dir) / lab, record) for lab in labs]
+    edited = [path for plan in plans for path in plan.edited]
+    backups = Path(backups or default_backups(Path(release_dir)))
+    if edited and not force:
+        raise ReleaseRefused(refusal(edited, Path(release_dir)))
+    if edited:
+        back_up(edited, Path(release_dir), backups)
+        log(f"moved {len(edited)} edited file(s) to {backups}")
+    for plan in plans:
+        install(plan)
+        record.update(plan)
+    return sorted(path for plan in plans for path in plan.writes if path.suffix == ".ipynb")
 
 
 @dataclass

@@ -1,5 +1,10 @@
 """The ``mlsys`` command.
 
+``mlsys lab [--port N] [--no-browser]``
+                     copy the labs not fetched yet into work/ (your copy: labs/ stays the
+                     release) and start JupyterLab there
+``mlsys lab fetch [LAB ...]``
+                     only copy: each lab (default: all) not in work/ yet; a copy is never overwritten
 ``mlsys doctor``     what this installation runs on (versions, CPU cores, GPU or simulator)
 ``mlsys course ...`` the instructor's course tool; it lives in the course repository's
                      ``autograder/`` (not in the student wheel), found from the current folder
@@ -8,10 +13,13 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import sys
 from pathlib import Path
+
+from . import workspace
 
 
 def find_course_repo(start: Path | None = None) -> Path | None:
@@ -45,10 +53,44 @@ def doctor() -> int:
     return 0
 
 
+def lab_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlsys lab", description="Work on the labs in work/, a copy of the "
+                                     "release labs/ that no release overwrites.")
+    parser.add_argument("--port", type=int, default=None, help="JupyterLab's port (default: 8888 or the next free one)")
+    parser.add_argument("--no-browser", dest="browser", action="store_false", help="open no browser tab")
+    sub = parser.add_subparsers(dest="command")
+    fetch = sub.add_parser("fetch", help="copy each lab not in work/ yet; never overwrite a copy")
+    fetch.add_argument("labs", nargs="*", help="default: every lab")
+    return parser
+
+
+def lab(argv: list[str]) -> int:
+    """``mlsys lab ...``: fetch the labs into work/ and (unless ``fetch``) start JupyterLab there."""
+    args = lab_parser().parse_args(argv)
+    try:
+        release = workspace.find_release()
+        fetched = workspace.fetch(release, args.labs if args.command == "fetch" else None)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"mlsys lab: {error}", file=sys.stderr)
+        return 2
+    work = workspace.work_dir(release)
+    for name in fetched.copied:
+        print(f"fetched {name}: {work / name}")
+    if fetched.kept and args.command == "fetch":
+        print(f"already in {work} (left as they are): {', '.join(fetched.kept)}")
+    if args.command == "fetch":
+        return 0
+    command = workspace.jupyter_command(work, port=args.port, browser=args.browser)
+    print(f"JupyterLab on {work} (stop it with Ctrl-C)", flush=True)
+    os.execv(command[0], command)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:
         return doctor()
+    if argv[:1] == ["lab"]:
+        return lab(argv[1:])
     if argv[:1] == ["course"]:
         repo = find_course_repo()
         if repo is None:
