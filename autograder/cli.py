@@ -13,7 +13,6 @@ from pathlib import Path
 from . import course, mutate, references, samples
 from .batch import progress_bar
 from .bundle import bundle, default_kit_name, kit_lab
-from .config import install_mathjax
 from .console import Progress, children_to_log
 from .export import LMSES, export_grades
 from .lectures import render_lectures
@@ -46,7 +45,6 @@ def _cmd_grade(args) -> int:
                            chunk_size=args.chunk_size, force=args.force, students=args.students, log=progress)
     progress.clear()
     root = Path(args.course_dir or course_dir())
-    install_mathjax(root)
     print(format_table(results))
     print(f"\ngrades: {root / 'grades.csv'}\nfeedback: {root / 'feedback'}\n"
           f"summary: {root / f'summary_{args.lab}.md'}")
@@ -178,7 +176,6 @@ def _cmd_all(args) -> int:
     progress.clear()
     print(f"lecture figures: {len(rendered.figures)} written to lectures/figures/")
     _report_claims(rendered)
-    install_mathjax(root)
     print(f"grades: {root / 'grades.csv'}   feedback: {root / 'feedback'}")
     _say_log(args)
     print("course OK" if ok else "course BROKEN: a sample scored as it must not")

@@ -14,7 +14,7 @@ from nbgrader.converters import GenerateAssignment
 
 from . import samples
 from .batch import COMPANIONS, grade_batch, source_fingerprint
-from .config import Sandbox, load_config, sandbox_settings
+from .config import Sandbox, install_mathjax, load_config, sandbox_settings
 from .edition import build_edition
 from .lms import remember_people
 from .nbgrader_run import require_success, run_converter, validate
@@ -179,6 +179,7 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
     write_reports(root, notes)
     everyone = read_results(root, lab, *notes[lab])
     write_summary(root, lab, everyone)
+    install_mathjax(root)  # the feedback pages' MathJax, beside them
     wanted = set(found.notebooks) | set(problems)
     return [r for r in everyone if r.student in wanted]
 
