@@ -154,6 +154,8 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     # nbclient waits this long for a cell's output after its reply; on a loaded grader 4 s (the default)
     # fails whole notebooks. The output must not be skipped: a test's failure arrives as output.
     c.Execute.iopub_timeout = 30
+    # nbclient's cell timings would be metadata the sanitizer strips and reports for every notebook.
+    c.Execute.record_timing = False
     c.KernelManager.transport = "ipc"  # Unix sockets: the sandboxed kernel has no network at all
     # A graded kernel that has not ended half this long after its shutdown request gets SIGTERM (the
     # sandbox supervisor passes it on and reports the exit), after the rest SIGKILL. The default (5 s)
