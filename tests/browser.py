@@ -96,16 +96,17 @@ def free_port() -> int:
 
 class JupyterLab:
     """A JupyterLab server of this interpreter's environment, serving ``root`` from the working folder
-    ``cwd`` with ``env``; ``options`` are more command-line settings. Use as a context manager."""
+    ``cwd`` with ``env``, its output in ``log``; on a free port of 127.0.0.1, a random token. Use as a
+    context manager."""
 
-    def __init__(self, root: Path, cwd: Path, env: dict[str, str], log: Path, options: tuple[str, ...] = ()):
+    def __init__(self, root: Path, cwd: Path, env: dict[str, str], log: Path):
         self.token = secrets.token_hex(16)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--ServerApp.port={self.port}",
                    "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
-                   f"--ServerApp.root_dir={root}", *options]
+                   f"--ServerApp.root_dir={root}"]
         if os.geteuid() == 0:
             command.append("--allow-root")
         with open(log, "wb") as out:
