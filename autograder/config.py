@@ -154,6 +154,8 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     # nbclient waits this long for a cell's output after its reply; on a loaded grader 4 s (the default)
     # fails whole notebooks. The output must not be skipped: a test's failure arrives as output.
     c.Execute.iopub_timeout = 30
+    # nbclient's cell timings would be metadata the sanitizer strips and reports for every notebook.
+    c.Execute.record_timing = False
     c.KernelManager.transport = "ipc"  # Unix sockets: the sandboxed kernel has no network at all
     # A graded kernel that has not ended half this long after its shutdown request gets SIGTERM (the
     # sandbox supervisor passes it on and reports the exit), after the rest SIGKILL. The default (5 s)
@@ -234,8 +236,14 @@ def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
     """
     jupyter_path = Path(root or course_dir()).resolve() / "jupyter"
     write_kernel_spec(jupyter_path / "kernels")
-    others = os.environ.get("JUPYTER_PATH")
-    return {"JUPYTER_PATH": os.pathsep.join([str(jupyter_path)] + ([others] if others else []))}
+    return {"JUPYTER_PATH": first_on(os.environ.get("JUPYTER_PATH", ""), jupyter_path)}
+
+
+def first_on(search_path: str, folder: Path) -> str:
+    """``search_path`` (``PATH``-like) with ``folder`` first and only there: settings read again
+    (Formgrader reads them on every request) leave it as it was."""
+    others = [entry for entry in search_path.split(os.pathsep) if entry and entry != str(folder)]
+    return os.pathsep.join([str(folder), *others])
 
 
 #: What the virtual environment's copy of the settings file holds: it loads the repository's.
@@ -271,13 +279,16 @@ def plain_nbgrader_setup(c: Config) -> None:
     """What plain nbgrader (and Formgrader) needs beyond :func:`course_config`; the course tool,
     which arranges both per run, skips it (``$MLSYS_COURSE_TOOL``).
 
-    The grading kernelspec is made findable, and the kernels' sockets get an absolute path: with
-    the ``ipc`` transport a relative one would be taken relative to the grader by the grader and to
-    the notebook's folder by the kernel, which then never answer each other.
+    The grading kernelspec is made findable, this environment's commands too, and the kernels'
+    sockets get an absolute path: with the ``ipc`` transport a relative one would be taken relative
+    to the grader by the grader and to the notebook's folder by the kernel, which then never answer
+    each other.
     """
     if os.environ.get(TOOL_ENV):
         return
     os.environ.update(install_grading_kernel())
+    # nbgrader runs this environment's `alembic` when it creates a gradebook, activated or not
+    os.environ["PATH"] = first_on(os.environ.get("PATH", ""), Path(sys.executable).parent)
     c.KernelManager.ip = str(socket_folder() / "kernel")
 
 

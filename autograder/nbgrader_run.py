@@ -14,7 +14,7 @@ from typing import Iterator
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.utils import capture_log
 
-from .config import install_grading_kernel, load_config
+from .config import first_on, install_grading_kernel, load_config
 from .sandbox import SETTINGS_ENV
 
 
@@ -40,7 +40,7 @@ def grading_environment(root: Path, sandbox: dict | None = None) -> Iterator[Pat
     env = install_grading_kernel(root)
     repo = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env["PATH"] = first_on(os.environ.get("PATH", ""), Path(sys.executable).parent)
     env["JUPYTER_RUNTIME_DIR"] = str(runtime)
     env[SETTINGS_ENV] = json.dumps(sandbox) if sandbox else None
     saved = {k: os.environ.get(k) for k in env}

@@ -51,8 +51,10 @@ KILL_GRACE_S = 60
 #: Most bytes of kernel reports, and of what the kernel writes to its stdout and stderr, kept per notebook.
 REPORT_LIMIT = 512 * 1024
 CONSOLE_LIMIT = 64 * 1024
-#: Files of /etc a Python kernel needs (the dynamic linker's cache, time zone, alternatives).
-ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf", "mime.types")
+#: Files of /etc a Python kernel needs (the dynamic linker's cache, time zone, alternatives; fontconfig's
+#: settings, without which matplotlib's font search prints "Fontconfig error" into the graded notebook).
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives", "nsswitch.conf", "mime.types",
+             "fonts")
 #: Environment variables the kernel always gets from the grader when they are set.
 PASSED_ENV = ("NBGRADER_EXECUTION", "MLSYS_DEVICE", "NUMBA_ENABLE_CUDASIM", "LANG", "LC_ALL", "TZ")
 

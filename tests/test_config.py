@@ -1,5 +1,7 @@
 """Plain nbgrader commands and the course tool read the same configuration."""
 
+import os
+import sys
 from pathlib import Path
 
 from traitlets.config.loader import PyFileConfigLoader
@@ -22,6 +24,21 @@ def test_nbgrader_config_file_is_the_course_config(monkeypatch, tmp_path):
     assert course.source_directory == str(SOLUTIONS) and course.release_directory == str(LABS)
     assert loaded.Execute.kernel_name == GRADING_KERNEL
     assert (tmp_path / "live" / "jupyter" / "kernels" / GRADING_KERNEL / "kernel.json").exists()
+
+
+def test_reading_the_settings_again_leaves_the_search_paths_as_they_were(monkeypatch, tmp_path):
+    """Formgrader reads them on every request: JUPYTER_PATH and PATH must not grow with each."""
+    monkeypatch.setenv("MLSYS_COURSE_DIR", str(tmp_path / "live"))
+    monkeypatch.delenv(TOOL_ENV, raising=False)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "other"))  # both restored after the test
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    paths = []
+    for _ in range(3):
+        PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+        paths.append((os.environ["JUPYTER_PATH"], os.environ["PATH"]))
+    jupyter_path = os.pathsep.join([str((tmp_path / "live" / "jupyter").resolve()), str(tmp_path / "other")])
+    own = str(Path(sys.executable).parent)  # nbgrader runs its `alembic` when it creates a gradebook
+    assert paths == [(jupyter_path, os.pathsep.join([own, "/usr/bin", "/bin"]))] * 3
 
 
 def test_the_tool_reads_the_settings_file(monkeypatch, tmp_path):

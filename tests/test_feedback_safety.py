@@ -37,10 +37,10 @@ from autograder.config import course_config
 from autograder.feedback import REDACTED, SafeFeedback, SanitizeNotebook
 from autograder.paths import LABS, lab_names
 from autograder.safe_html import MARKDOWN_NOTE, clean_html, sanitize_notebook
+from browser import browser_or_skip, launch_chromium
 from feedback_check import leaked_lines
 
 EVIL = "https://evil.example"
-CHROMIUM = Path("/usr/bin/chromium")
 #: A 1x1 PNG, for outputs whose image must load.
 PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=")
 
@@ -328,15 +328,6 @@ def _names_in(text: str) -> set[str]:
     return {name for name in NAMES for part in decoded if name in part}
 
 
-def browser_or_skip():
-    """Playwright's sync API, if it and Debian's chromium are installed (``make test`` installs both)."""
-    playwright = pytest.importorskip("playwright.sync_api",
-                                     reason="playwright is not installed (pip install -e .[dev])")
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (Debian package chromium; `make system-deps` as root installs it)")
-    return playwright
-
-
 def payloads_that_ran(pages: list[str], tmp_path: Path) -> set[str]:
     """Open each page in chromium (no network: requests are recorded, then refused), click every
     script-capable link, and return the payloads that ran or were one click from running: a dialog,
@@ -344,7 +335,7 @@ def payloads_that_ran(pages: list[str], tmp_path: Path) -> set[str]:
     playwright = browser_or_skip()
     seen: list[str] = []
     with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        browser = launch_chromium(driver)
         try:
             for number, page_html in enumerate(pages):
                 path = tmp_path / f"page{number}.html"
