@@ -21,7 +21,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nbgrader
 from jupyter_server_mathjax.app import STATIC_ASSETS_PATH as MATHJAX
 from traitlets import Bool, Int, List, Unicode
 from traitlets.config import Config, Configurable
@@ -48,8 +47,9 @@ TOOL_ENV = "MLSYS_COURSE_TOOL"
 #: The course's page templates: they override only nbgrader's MathJax macro, so that feedback pages and
 #: Formgrader's manual-grading page load MathJax from a local copy (the jupyter-server-mathjax
 #: package), never from a CDN; every other asset of those pages is local already (nbgrader's own).
+#: :func:`install_grading_kernel` puts them where nbconvert finds them first, whatever template
+#: settings Formgrader imposes.
 TEMPLATES = Path(__file__).resolve().with_name("templates")
-NBGRADER_TEMPLATES = Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"
 #: The course folder's copy of MathJax, which feedback pages load by a relative URL (templates/feedback/).
 MATHJAX_COPY = "mathjax"
 
@@ -176,9 +176,9 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     # would escape headings and paragraphs, so the templates use the course's allow-list instead.
     c.HTMLExporter.sanitize_html = True
     c.HTMLExporter.filters = {"clean_html": "autograder.safe_html.clean_html"}
-    # MathJax from a local copy, for feedback and Formgrader alike (see TEMPLATES); nbgrader's
-    # templates follow ours.
-    c.HTMLExporter.extra_template_basedirs = [str(TEMPLATES), str(NBGRADER_TEMPLATES)]
+    # MathJax from a local copy, for feedback and Formgrader alike: the course's templates (TEMPLATES)
+    # lie in the course folder's Jupyter data folder, first on JUPYTER_PATH (install_grading_kernel),
+    # where nbconvert looks before its own; Formgrader resets the template settings themselves.
     return c
 
 
@@ -229,13 +229,19 @@ def write_kernel_spec(kernels: Path) -> Path:
 
 
 def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
-    """Write the grading kernelspec under the course root.
+    """Write the grading kernelspec and the course's nbconvert templates (:data:`TEMPLATES`: MathJax
+    from a local copy) into the Jupyter data folder of the course root.
 
-    Returns the environment variables under which Jupyter finds it first, whatever kernels the
-    user has installed elsewhere.
+    Returns the environment variables under which Jupyter finds both first, whatever kernels and
+    templates the user has installed elsewhere.
     """
     jupyter_path = Path(root or course_dir()).resolve() / "jupyter"
     write_kernel_spec(jupyter_path / "kernels")
+    for template in TEMPLATES.glob("*/*.j2"):
+        copy = jupyter_path / "nbconvert" / "templates" / template.relative_to(TEMPLATES)
+        if not copy.is_file() or copy.read_bytes() != template.read_bytes():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(template.read_bytes())
     return {"JUPYTER_PATH": first_on(os.environ.get("JUPYTER_PATH", ""), jupyter_path)}
 
 
@@ -279,14 +285,15 @@ def plain_nbgrader_setup(c: Config) -> None:
     """What plain nbgrader (and Formgrader) needs beyond :func:`course_config`; the course tool,
     which arranges both per run, skips it (``$MLSYS_COURSE_TOOL``).
 
-    The grading kernelspec is made findable, this environment's commands too, and the kernels'
-    sockets get an absolute path: with the ``ipc`` transport a relative one would be taken relative
-    to the grader by the grader and to the notebook's folder by the kernel, which then never answer
-    each other.
+    The grading kernelspec and the course's templates are made findable, this environment's commands
+    too, the feedback pages' MathJax is copied into the course folder, and the kernels' sockets get
+    an absolute path: with the ``ipc`` transport a relative one would be taken relative to the grader
+    by the grader and to the notebook's folder by the kernel, which then never answer each other.
     """
     if os.environ.get(TOOL_ENV):
         return
     os.environ.update(install_grading_kernel())
+    install_mathjax()
     # nbgrader runs this environment's `alembic` when it creates a gradebook, activated or not
     os.environ["PATH"] = first_on(os.environ.get("PATH", ""), Path(sys.executable).parent)
     c.KernelManager.ip = str(socket_folder() / "kernel")

@@ -347,10 +347,6 @@ def test_feedback_pages_show_the_score_and_no_hidden_test(instructor, site):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "Formgrader's manual-grading page loads MathJax from a CDN: jupyter_core applies Formgrader's own "
-    "HTMLExporter.extra_template_basedirs after the settings files, so the course's MathJax template never "
-    "reaches it; feedback made by Formgrader finds no MathJax copy in the course folder"))
 def test_instructor_pages_render_math_with_nothing_from_outside(instructor):
     assert instructor.remote == []
     assert instructor.mathjax == dict.fromkeys(instructor.mathjax, True)

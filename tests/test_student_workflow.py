@@ -28,10 +28,9 @@ from jupyter_server_mathjax.app import STATIC_ASSETS_PATH
 from nbconvert.exporters import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from nbgrader.server_extensions.formgrader import handlers
-from traitlets.config import Config
 
 from autograder import config, course, paths, samples
-from autograder.config import load_config
+from autograder.config import install_grading_kernel, load_config
 from autograder.release_guard import ReleaseRefused
 from mlsys_lib import workspace
 
@@ -264,12 +263,14 @@ def mathjax_url(urls: list[str]) -> str:
     return url
 
 
-def test_formgrader_manual_grading_page_loads_mathjax_from_the_jupyter_server():
-    # Formgrader's own settings first, then the course's (nbgrader loads them in this order).
-    settings = Config()
+def test_formgrader_manual_grading_page_loads_mathjax_from_the_jupyter_server(monkeypatch, tmp_path):
+    # The course's settings, then Formgrader's own template settings, which win (as in the server);
+    # the course's templates are found in the course folder's Jupyter data folder.
+    settings = load_config(tmp_path)
+    for name, value in install_grading_kernel(tmp_path).items():
+        monkeypatch.setenv(name, value)
     settings.HTMLExporter.template_name = "formgrade"
     settings.HTMLExporter.extra_template_basedirs = [handlers.template_path]
-    settings.merge(load_config())
     resources = {"assignment_id": "lab04_memory", "notebook_id": "lab04_memory", "submission_id": "abc",
                  "index": 0, "total": 1, "base_url": "/user/ta", "student": "s", "last_name": None,
                  "first_name": None, "notebook_path": "autograded/s/lab04_memory/lab04_memory.ipynb"}
