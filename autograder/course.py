@@ -61,7 +61,17 @@ def release(labs: list[str] | None = None, *, release_dir: Path = LABS, root: Pa
     for plan in plans:
         install(plan)
         record.update(plan)
+    open_exchange(root)
     return sorted(path for plan in plans for path in plan.writes if path.suffix == ".ipynb")
+
+
+def open_exchange(root: Path) -> None:
+    """Create nbgrader's exchange folder of the course (``c.Exchange.root``) as nbgrader does,
+    writable by all: Formgrader offers *Release* and *Collect* only once it exists."""
+    exchange = Path(load_config(root).Exchange.root)
+    if not exchange.is_dir():
+        exchange.mkdir(parents=True)
+        exchange.chmod(0o777)
 
 
 @dataclass
