@@ -18,8 +18,9 @@ LAB = "lab01_tensors"
 
 
 def _grade(subs, root, *extra):
+    """`mlsys course grade` verbose: each student's progress line, as it is graded."""
     return subprocess.Popen([sys.executable, "-m", "mlsys_lib.cli", "course", "grade", LAB, str(subs),
-                             "--course-dir", str(root), *extra], cwd=REPO, stdout=subprocess.PIPE,
+                             "--course-dir", str(root), "-v", *extra], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
