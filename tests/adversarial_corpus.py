@@ -35,6 +35,14 @@ WRONG_STRIDES = "def compact_strides(shape):\n    return ()\n"
 #: The attacks know only its digest, so their own source never holds it.
 SECRET = "mlsys-honeypot-7f3a9c"
 SECRET_DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
+#: The limits the cases are graded under (``test_adversarial.py``'s course settings), low so that an
+#: attack that runs into one costs seconds: a cell may run CELL_TIMEOUT_S, a notebook WALL_SECONDS,
+#: the kernel may map MEMORY_MB. Honest Lab 1 notebooks take about 5 s, their largest cell 2 s, their
+#: address space 1.2 GB.
+CELL_TIMEOUT_S, WALL_SECONDS, MEMORY_MB = 10, 30, 2048
+#: The sleeper's naps: each under the cell timeout, together well over the notebook's budget.
+NAP_S = CELL_TIMEOUT_S - 2
+NAPS = WALL_SECONDS // NAP_S + 2
 
 
 @dataclass
@@ -217,7 +225,7 @@ CASES = [
                                 "        time.sleep(20)\n        os._exit(0)\n"), flag_optional=True),
     Case("sleeper", "sleeps cell after cell, each under the cell timeout: the notebook's wall-clock budget "
          "stops it, the tests after it fail and it is flagged",
-         insert_after("test_compact_strides_hidden", *["import time\ntime.sleep(15)\n"] * 8),
+         insert_after("test_compact_strides_hidden", *[f"import time\ntime.sleep({NAP_S})\n"] * NAPS),
          loses_from="index_to_position", flagged="wall-clock"),
     Case("sleeper_ignoring_interrupts", "sleeps and swallows the grader's interrupts: the wall-clock "
          "budget still ends it", insert_after("test_compact_strides_hidden",
@@ -489,8 +497,8 @@ CASES = [
          lambda nb, ctx: None, plant=_fifo, zero_because="not a regular file"),
 ]
 
-#: Honest students graded in the same batch: names sort among the attacks'.
-HONEST = ["solution_a", "honest_m", "solution_z"]
+#: Honest students graded in the same batch: names sort among the attacks' (with ``blank``, early).
+HONEST = ["honest_m", "solution_a"]
 
 
 def write_case(case: Case, solution: nbformat.NotebookNode, ctx: Context, path: Path) -> None:
