@@ -10,11 +10,14 @@ autograded notebook may show a hidden test, a secret or live script (see ``test_
 The cases come in groups, each with at least two variants: resources (time, memory, processes,
 disk, output), files of the host written or read through links, secrets of the grading machine,
 hidden tests leaking into feedback, script injection, points not earned, and the submission files
-themselves (links, special files, broken or oversized notebooks).
+themselves (links, special files, broken or oversized notebooks). Attacks that differ only in where
+they look (``reads_course_files``, ``reads_secrets``) share a notebook, each place on an exercise of
+its own: the tests it must lose say which place got through (a kernel per place cost 6 s each).
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import copy
 import hashlib
@@ -30,11 +33,21 @@ LAB = "lab01_tensors"
 STRIDES_TESTS = ["test_compact_strides", "test_compact_strides_hidden"]
 POSITION_TESTS = ["test_index_to_position", "test_index_to_position_hidden"]
 MATMUL_TESTS = ["test_matmul_tiled", "test_matmul_tiled_hidden"]
+INTENSITY_TESTS = ["test_intensity", "test_intensity_hidden"]
+ROOFLINE_TESTS = ["test_roofline", "test_roofline_hidden"]
 WRONG_STRIDES = "def compact_strides(shape):\n    return ()\n"
 #: Printed by the attacks that reach a secret; must appear in no feedback and no autograded notebook.
 #: The attacks know only its digest, so their own source never holds it.
 SECRET = "mlsys-honeypot-7f3a9c"
 SECRET_DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
+#: The limits the cases are graded under (``test_adversarial.py``'s course settings), low so that an
+#: attack that runs into one costs seconds: a cell may run CELL_TIMEOUT_S, a notebook WALL_SECONDS,
+#: the kernel may map MEMORY_MB. Honest Lab 1 notebooks take about 5 s, their largest cell 2 s, their
+#: address space 1.2 GB.
+CELL_TIMEOUT_S, WALL_SECONDS, MEMORY_MB = 10, 30, 2048
+#: The sleeper's naps: each under the cell timeout, together well over the notebook's budget.
+NAP_S = CELL_TIMEOUT_S - 2
+NAPS = WALL_SECONDS // NAP_S + 2
 
 
 @dataclass
@@ -127,14 +140,14 @@ def _encoded(source: str) -> str:
 
 # --- answers that succeed only if the attack reached what it wanted ----------------------------
 
-CHEAT_FROM_FILE = '''
+#: Runs the cell of GRADE_ID found in the notebook file (JSON) at PATH, if it can be read; else defines
+#: STUBS. (The placeholders are replaced in this order, so an answer's own text is never rewritten.)
+COPIED_ANSWER = """
 try:
-    _cells = __import__("json").load(open({path!r}))["cells"]
-    exec(next("".join(c["source"]) for c in _cells if "def compact_strides" in "".join(c["source"])))
+    _cells = __import__("json").load(open(PATH))["cells"]
+    exec(next("".join(c["source"]) for c in _cells if c["metadata"].get("nbgrader", {}).get("grade_id") == GRADE_ID))
 except Exception:
-    def compact_strides(shape):
-        return ()
-'''
+STUBS"""
 
 #: compact_strides that is right only when the library's reference can be called.
 VIA_LIBRARY = '''
@@ -151,31 +164,56 @@ GUARD_OFF = "import contextlib\nimport mlsys_lib.testing, mlsys_lib.testing.guar
             "mlsys_lib.testing.reference_guard = lambda *refs: contextlib.nullcontext()\n" \
             "mlsys_lib.testing.guard.reference_guard = mlsys_lib.testing.reference_guard\n"
 
-SECRET_ANSWER = '''
+#: Defines ANSWER only if REACH (a function body) returns something holding the secret; else STUBS.
+GATED_ANSWER = """
 import hashlib, re
 def _reach():
-{reach}
+REACH
 try:
     _found = _reach()
 except Exception as error:
-    _found = f"nothing ({{type(error).__name__}})"
+    _found = f"nothing ({type(error).__name__})"
 print("reached:", _found)
-_words = {{hashlib.sha256(w.encode()).hexdigest() for w in re.findall(r"[\\w-]+", str(_found))}}
-def compact_strides(shape):
-    if "{SECRET_DIGEST}" not in _words:
-        return ()
-    out, step = [], 1
-    for size in reversed(shape):
-        out.append(step)
-        step *= size
-    return tuple(reversed(out))
-'''
+if "SECRET_DIGEST" in {hashlib.sha256(w.encode()).hexdigest() for w in re.findall(r"[\\w-]+", str(_found))}:
+ANSWER
+else:
+STUBS"""
 
 
-def secret_answer(reach: str):
-    """An answer to exercise 1 that is right only if ``reach`` (a function body) returns the secret."""
-    body = "\n".join("    " + line for line in reach.strip().splitlines())
-    return replace_answer("compact_strides", SECRET_ANSWER.replace("{reach}", body))
+def _indented(source: str) -> str:
+    return "\n".join("    " + line for line in source.strip().splitlines())
+
+
+def _stubs(answer: str) -> str:
+    """Wrong stand-ins (returning None) for the functions an answer cell defines, indented."""
+    names = [node.name for node in ast.parse(answer).body if isinstance(node, ast.FunctionDef)]
+    return _indented("".join(f"def {name}(*args, **kwargs):\n    return None\n" for name in names))
+
+
+def copied_answers(paths: dict[str, str]):
+    """Each answer cell (grade_id -> path of a notebook holding the right one, ``{ctx}`` filled in)
+    copies its answer out of that file, and is wrong (its functions return None) if it cannot."""
+    def build(nb, ctx):
+        nb = copy.deepcopy(nb)
+        for grade_id, path in paths.items():
+            cell = nb.cells[_index(nb, grade_id)]
+            cell.source = (COPIED_ANSWER.replace("STUBS", _stubs(cell.source)).replace("GRADE_ID", repr(grade_id))
+                           .replace("PATH", repr(path.format(ctx=ctx))))
+        return nb
+    return build
+
+
+def secret_answers(reaches: dict[str, str]):
+    """Each answer cell (grade_id -> ``reach``, a function body, ``{ctx}`` filled in) keeps its right
+    answer only if ``reach`` returns the secret (compared by digest); else its functions return None."""
+    def build(nb, ctx):
+        nb = copy.deepcopy(nb)
+        for grade_id, reach in reaches.items():
+            cell = nb.cells[_index(nb, grade_id)]
+            cell.source = (GATED_ANSWER.replace("SECRET_DIGEST", SECRET_DIGEST).replace("STUBS", _stubs(cell.source))
+                           .replace("REACH", _indented(reach.format(ctx=ctx))).replace("ANSWER", _indented(cell.source)))
+        return nb
+    return build
 
 
 # --- the submission folder itself ------------------------------------------------------------
@@ -217,7 +255,7 @@ CASES = [
                                 "        time.sleep(20)\n        os._exit(0)\n"), flag_optional=True),
     Case("sleeper", "sleeps cell after cell, each under the cell timeout: the notebook's wall-clock budget "
          "stops it, the tests after it fail and it is flagged",
-         insert_after("test_compact_strides_hidden", *["import time\ntime.sleep(15)\n"] * 8),
+         insert_after("test_compact_strides_hidden", *[f"import time\ntime.sleep({NAP_S})\n"] * NAPS),
          loses_from="index_to_position", flagged="wall-clock"),
     Case("sleeper_ignoring_interrupts", "sleeps and swallows the grader's interrupts: the wall-clock "
          "budget still ends it", insert_after("test_compact_strides_hidden",
@@ -276,32 +314,26 @@ CASES = [
          full=True, needs_sandbox=True),
 
     # --- secrets of the grading machine --------------------------------------------------------
-    Case("reads_solutions", "copies the answer out of solutions/: not in the sandbox",
-         replace_answer("compact_strides", CHEAT_FROM_FILE.replace("{path!r}", "'{ctx.solutions}/lab01_tensors/lab01_tensors.ipynb'")),
-         loses=STRIDES_TESTS, needs_sandbox=True),
-    Case("reads_other_student", "copies another student's answer: the course folder is not in the sandbox",
-         replace_answer("compact_strides", CHEAT_FROM_FILE.replace(
-             "{path!r}", "'{ctx.course_root}/submitted/solution_a/lab01_tensors/lab01_tensors.ipynb'")),
-         loses=STRIDES_TESTS, needs_sandbox=True),
-    Case("reads_submissions_folder", "copies a classmate's notebook from the folder being graded",
-         replace_answer("compact_strides", CHEAT_FROM_FILE.replace(
-             "{path!r}", "'{ctx.submissions}/solution_a/lab01_tensors.ipynb'")),
-         loses=STRIDES_TESTS, needs_sandbox=True),
-    Case("reads_stale_course_folder", "copies from an old course folder left in the repository",
-         replace_answer("compact_strides", CHEAT_FROM_FILE.replace(
-             "{path!r}", "'{ctx.stale_course}/submitted/victim/lab01_tensors/lab01_tensors.ipynb'")),
-         loses=STRIDES_TESTS, needs_sandbox=True),
-    Case("reads_environment_token", "reads the grader's environment variables for a token",
-         secret_answer("import os\nreturn dict(os.environ)"), loses=STRIDES_TESTS, needs_sandbox=True),
-    Case("reads_parent_environment", "reads the environment of the processes around it (/proc/*/environ)",
-         secret_answer("import glob\nfound = []\nfor path in glob.glob('/proc/*/environ'):\n    try:\n"
-                       "        found.append(open(path, 'rb').read().decode(errors='replace'))\n    except OSError:\n"
-                       "        pass\nreturn found"), loses=STRIDES_TESTS, needs_sandbox=True),
-    Case("reads_instructor_home", "reads a private file in the instructor's home",
-         secret_answer("return open('{ctx.home_secret}').read()"), loses=STRIDES_TESTS, needs_sandbox=True),
-    Case("reads_sandbox_description", "looks for what the sandbox hides, in its environment and mounts",
-         secret_answer("import os\nreturn str(os.environ) + open('/proc/self/mountinfo').read()"),
-         loses=STRIDES_TESTS, needs_sandbox=True),
+    Case("reads_course_files", "copies answers out of files of the grading machine, an exercise per file: "
+         "the solutions (exercise 1), another student's graded copy in the course folder (2), a classmate's "
+         "notebook in the submissions folder (intensity), an old course folder left in the repository "
+         "(roofline); none is in the sandbox, so each exercise loses its tests",
+         copied_answers({"compact_strides": "{ctx.solutions}/lab01_tensors/lab01_tensors.ipynb",
+                         "index_to_position": "{ctx.course_root}/submitted/solution_a/lab01_tensors/lab01_tensors.ipynb",
+                         "intensity": "{ctx.submissions}/solution_a/lab01_tensors.ipynb",
+                         "roofline": "{ctx.stale_course}/submitted/victim/lab01_tensors/lab01_tensors.ipynb"}),
+         loses=STRIDES_TESTS + POSITION_TESTS + INTENSITY_TESTS + ROOFLINE_TESTS, needs_sandbox=True),
+    Case("reads_secrets", "looks for a secret of the grading machine, an exercise per place: the grader's "
+         "environment variables (exercise 1), the environment of the processes around it in /proc/*/environ "
+         "(2), a private file in the instructor's home (intensity), what the sandbox hides, in its "
+         "environment and mounts (roofline); it finds none, so each exercise loses its tests",
+         secret_answers({"compact_strides": "import os\nreturn dict(os.environ)",
+                         "index_to_position": "import glob\nfound = []\nfor path in glob.glob('/proc/*/environ'):\n"
+                                              "    try:\n        found.append(open(path, 'rb').read().decode(errors='replace'))\n"
+                                              "    except OSError:\n        pass\nreturn found",
+                         "intensity": "return open('{ctx.home_secret}').read()",
+                         "roofline": "import os\nreturn str(os.environ) + open('/proc/self/mountinfo').read()"}),
+         loses=STRIDES_TESTS + POSITION_TESTS + INTENSITY_TESTS + ROOFLINE_TESTS, needs_sandbox=True),
     Case("network", "fetches its answer over the network: the sandbox has none",
          replace_answer("compact_strides", "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {ctx.loopback_port}), timeout=3)\n"
                                           "    from mlsys_lib.tensor import compact_strides as _lib\n"
@@ -489,8 +521,8 @@ CASES = [
          lambda nb, ctx: None, plant=_fifo, zero_because="not a regular file"),
 ]
 
-#: Honest students graded in the same batch: names sort among the attacks'.
-HONEST = ["solution_a", "honest_m", "solution_z"]
+#: Honest students graded in the same batch: names sort among the attacks' (with ``blank``, early).
+HONEST = ["honest_m", "solution_a"]
 
 
 def write_case(case: Case, solution: nbformat.NotebookNode, ctx: Context, path: Path) -> None:

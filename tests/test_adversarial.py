@@ -20,7 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from adversarial_corpus import CASES, HONEST, LAB, SECRET, Context, stopped_tests, write_case
+from adversarial_corpus import (CASES, CELL_TIMEOUT_S, HONEST, LAB, MEMORY_MB, SECRET, WALL_SECONDS, Context,
+                                stopped_tests, write_case)
 from autograder import course, samples
 from autograder.paths import LABS, REPO, SOLUTIONS
 from feedback_check import leaked_lines
@@ -28,13 +29,16 @@ from feedback_check import leaked_lines
 pytestmark = pytest.mark.slow
 
 SANDBOX = shutil.which("bwrap") is not None
-SETTINGS = """
+#: The test course: low limits (see adversarial_corpus), output waited for 10 s after a cell's reply
+#: (a cell that ignores the interrupt costs the cell timeout plus this).
+SETTINGS = f"""
 c = get_config()
 c.merge(__import__("autograder.config").config.course_config())
-c.Execute.timeout = 20
-c.Sandbox.memory_mb = 3072
+c.Execute.timeout = {CELL_TIMEOUT_S}
+c.Execute.iopub_timeout = 10
+c.Sandbox.memory_mb = {MEMORY_MB}
 c.Sandbox.cpu_seconds = 120
-c.Sandbox.wall_seconds = 45
+c.Sandbox.wall_seconds = {WALL_SECONDS}
 c.Sandbox.disk_mb = 64
 c.Sandbox.output_kb = 2048
 """
@@ -123,7 +127,7 @@ def graded(tmp_path_factory, loopback_port):
     for kind, source in HONEST_EXTRAS:
         honest.cells.append(nbformat.v4.new_markdown_cell(source) if kind == "markdown"
                             else nbformat.v4.new_code_cell(source))
-    for student, notebook in zip(HONEST, [solved, honest, solved]):
+    for student, notebook in zip(HONEST, [honest, solved], strict=True):
         _path(folder, student).parent.mkdir(parents=True)
         nbformat.write(notebook, _path(folder, student))
     blank = nbformat.read(LABS / LAB / f"{LAB}.ipynb", as_version=4)

@@ -56,9 +56,14 @@ def test_killed_grader_loses_nothing_and_rerun_is_idempotent(tmp_path):
     with open(root / "grades.csv") as handle:
         rows = {r["student_id"]: r for r in csv.DictReader(handle) if r["lab"] == LAB}
     assert sorted(rows) == sorted(keep)
+    assert all(row["status"] == "graded" for row in rows.values()), rows
     assert float(rows["solution"]["score"]) == float(rows["solution"]["max_score"]) > 0
     assert float(rows["blank"]["score"]) == 0
-    for student in keep[2:]:
+    with open(root / "exercises.csv") as handle:
+        lost = {(r["student_id"], r["test"]) for r in csv.DictReader(handle)
+                if r["lab"] == LAB and float(r["score"]) < float(r["max_score"])}
+    for student in keep[2:]:  # through real nbgrader, in a re-run: exactly the tests the mistake costs
+        assert {test for name, test in lost if name == student} == set(expected[student].loses), student
         assert 0 < float(rows[student]["score"]) < float(rows[student]["max_score"]), rows[student]
     assert not (root / "work").exists()
     summary = (root / f"summary_{LAB}.md").read_text()

@@ -4,9 +4,16 @@ Slow: every graded submission runs a real Jupyter kernel through nbgrader, so ea
 solution, its blank and the first WRONG of its wrong-answer fixtures here; test_fixtures.py runs all
 of them (fast, by forking) and ``make course`` grades all of them through nbgrader. What students do
 to the grader (copied cells, other kernels, broken files, attacks) is in test_adversarial.py.
+
+Lab 1 is graded through the course tool by three other files already, so not again here:
+test_grading_batch.py (its solution full, its blank 0, two wrong answers losing exactly their tests,
+grades.csv, a re-run), test_adversarial.py (honest students and the blank among attacks, no hidden
+test in any feedback) and test_feedback_safety.py. Its release is checked through
+``mlsys course release``; the other labs' through the release the course tool graded them against.
 """
 
 import csv
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -20,8 +27,13 @@ pytestmark = pytest.mark.slow
 
 #: Wrong-answer fixtures per lab graded through nbgrader here.
 WRONG = 1
+#: The lab other test files grade through the course tool (see the module's docstring).
+GRADED_ELSEWHERE = "lab01_tensors"
+#: What the course tool writes beside a release it grades against (course.prepare_gradebook).
+RELEASE_STAMP = "source.sha256"
 
-@pytest.fixture(scope="module", params=lab_names())
+
+@pytest.fixture(scope="module", params=[lab for lab in lab_names() if lab != GRADED_ELSEWHERE])
 def graded(request, course_root, tmp_path_factory):
     lab = request.param
     folder = tmp_path_factory.mktemp(f"submissions_{lab}")
@@ -82,19 +94,30 @@ def test_regrading_is_idempotent_and_leaves_no_stray_files(graded, tmp_path, mon
     assert list(elsewhere.iterdir()) == [], "grading wrote into the current folder (a stray gradebook?)"
 
 
-@pytest.mark.parametrize("lab", lab_names())
-def test_committed_release_is_what_nbgrader_generates(lab, tmp_path):
-    # Compared with git's committed version (a tarball: the file itself), so a student's edits in
-    # labs/ do not fail it, and a release not regenerated or not committed does.
-    released = course.release([lab], release_dir=tmp_path / "release", root=tmp_path / "course")
-    assert released
+def assert_committed(release: Path, lab: str) -> None:
+    """Every file of ``lab`` that nbgrader generated into ``release`` is the committed one in labs/:
+    git's committed version (a tarball: the file itself), so a student's edits in labs/ do not fail
+    it, and a release not regenerated or not committed does."""
+    generated = [path for path in release.rglob("*") if path.is_file() and path.name != RELEASE_STAMP]
+    assert any(path.suffix == ".ipynb" for path in generated), f"nothing released into {release}"
     under_git = in_git(LABS)
-    for fresh in (tmp_path / "release" / lab).rglob("*"):
-        if fresh.is_file():
-            path = LABS / lab / fresh.relative_to(tmp_path / "release" / lab)
-            committed = committed_version(path) if under_git else path.read_bytes() if path.exists() else None
-            assert committed is not None, f"{path} is not committed: run `mlsys course release` and commit labs/"
-            assert committed == fresh.read_bytes(), f"{path} is stale: run `mlsys course release` and commit labs/"
+    for fresh in generated:
+        path = LABS / lab / fresh.relative_to(release)
+        committed = committed_version(path) if under_git else path.read_bytes() if path.exists() else None
+        assert committed is not None, f"{path} is not committed: run `mlsys course release` and commit labs/"
+        assert committed == fresh.read_bytes(), f"{path} is stale: run `mlsys course release` and commit labs/"
+
+
+def test_committed_release_is_what_nbgrader_generates(graded):
+    """The release the course tool generated to grade the lab against (nbgrader's generate_assignment)."""
+    lab, _, _, root = graded
+    assert_committed(root / "release" / lab, lab)
+
+
+def test_release_command_writes_the_committed_release_without_secrets(tmp_path):
+    released = course.release([GRADED_ELSEWHERE], release_dir=tmp_path / "release", root=tmp_path / "course")
+    assert released == [tmp_path / "release" / GRADED_ELSEWHERE / f"{GRADED_ELSEWHERE}.ipynb"]
+    assert_committed(tmp_path / "release" / GRADED_ELSEWHERE, GRADED_ELSEWHERE)
     for path in LABS.rglob("*.ipynb"):
         text = path.read_text()
         for marker in course.SECRET_MARKERS:
