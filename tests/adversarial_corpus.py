@@ -10,9 +10,11 @@ autograded notebook may show a hidden test, a secret or live script (see ``test_
 The cases come in groups, each with at least two variants: resources (time, memory, processes,
 disk, output), files of the host written or read through links, secrets of the grading machine,
 hidden tests leaking into feedback, script injection, points not earned, and the submission files
-themselves (links, special files, broken or oversized notebooks). Attacks that differ only in where
-they look (``reads_course_files``, ``reads_secrets``) share a notebook, each place on an exercise of
-its own: the tests it must lose say which place got through (a kernel per place cost 6 s each).
+themselves (links, special files, broken or oversized notebooks). Variants that differ only in where
+they look share a notebook (a kernel per variant cost ~6 s each) where the outcome still says which
+got through: ``reads_course_files`` and ``reads_secrets`` try each place on an exercise of its own,
+so the tests lost name it; in ``links_and_writes_host_files`` and ``script_in_output`` the batch's
+checks of the files, the course folder and every page name it.
 """
 
 from __future__ import annotations
@@ -288,30 +290,30 @@ CASES = [
          full=True),
 
     # --- host files written or read through links ---------------------------------------------
-    Case("links_its_notebook_to_the_gradebook", "replaces its working copy's files by links to the gradebook "
-         "and the library: the grader never writes through them (the working copy is private)",
-         _append("import os\nfor name, target in [('lab01_tensors.ipynb', '{ctx.course_root}/gradebook.db'),\n"
-                 "    ('timestamp.txt', '{ctx.library}/__init__.py'), ('lab01_tensors.html', '{ctx.course_root}/gradebook.db')]:\n"
-                 "    for place in (os.getcwd(), os.path.join('{ctx.course_root}', 'autograded')):\n"
-                 "        try:\n            path = os.path.join(place, name)\n"
-                 "            if os.path.lexists(path):\n                os.remove(path)\n"
-                 "            os.symlink(target, path)\n        except OSError as error:\n            print(error)\n"),
-         full=True),
-    Case("links_to_solutions_for_feedback", "leaves links to the solutions and a device in its folder, hoping "
-         "the feedback copies them: nothing of its folder is copied",
-         _append("import os\nfor name, target in [('answers.ipynb', '{ctx.solutions}/lab01_tensors/lab01_tensors.ipynb'),\n"
-                 "    ('zero', '/dev/zero'), ('home', '{ctx.home_secret}')]:\n"
-                 "    try:\n        os.symlink(target, name)\n    except OSError as error:\n        print(error)\n"),
-         full=True),
-    Case("writes_the_library", "overwrites a file of mlsys_lib: it is read-only in the sandbox",
-         insert_after("compact_strides", "try:\n    open('{ctx.library}/tensor/strides.py', 'w').write('raise SystemExit')\n"
-                                         "except OSError as error:\n    print(error)\n"),
-         full=True),
-    Case("writes_gradebook", "sets every score in the gradebook to 100: the gradebook is out of reach",
-         insert_after("compact_strides", "import sqlite3\ntry:\n    db = sqlite3.connect('{ctx.course_root}/gradebook.db')\n"
-                                         "    db.execute('update grade set auto_score = 100, manual_score = 100')\n"
-                                         "    db.commit()\nexcept Exception as error:\n    print(error)\n"),
-         full=True, needs_sandbox=True),
+    Case("links_and_writes_host_files", "overwrites a file of mlsys_lib (read-only in the sandbox), sets "
+         "every score in the gradebook to 100 (out of reach), leaves links to the solutions, a device and "
+         "the instructor's home in its folder, hoping the feedback copies them (nothing of its folder is "
+         "copied), and replaces its working copy's files by links to the gradebook and the library (the "
+         "grader never writes through them: the working copy is private); the batch's checks of the "
+         "files outside the course output and of the course folder name what got through",
+         lambda nb, ctx: _append(
+             "import os\nfor name, target in [('answers.ipynb', '{ctx.solutions}/lab01_tensors/lab01_tensors.ipynb'),\n"
+             "    ('zero', '/dev/zero'), ('home', '{ctx.home_secret}')]:\n"
+             "    try:\n        os.symlink(target, name)\n    except OSError as error:\n        print(error)\n",
+             "import os\nfor name, target in [('lab01_tensors.ipynb', '{ctx.course_root}/gradebook.db'),\n"
+             "    ('timestamp.txt', '{ctx.library}/__init__.py'), ('lab01_tensors.html', '{ctx.course_root}/gradebook.db')]:\n"
+             "    for place in (os.getcwd(), os.path.join('{ctx.course_root}', 'autograded')):\n"
+             "        try:\n            path = os.path.join(place, name)\n"
+             "            if os.path.lexists(path):\n                os.remove(path)\n"
+             "            os.symlink(target, path)\n        except OSError as error:\n            print(error)\n",
+         )(insert_after(
+             "compact_strides",
+             "try:\n    open('{ctx.library}/tensor/strides.py', 'w').write('raise SystemExit')\n"
+             "except OSError as error:\n    print(error)\n",
+             "import sqlite3\ntry:\n    db = sqlite3.connect('{ctx.course_root}/gradebook.db')\n"
+             "    db.execute('update grade set auto_score = 100, manual_score = 100')\n"
+             "    db.commit()\nexcept Exception as error:\n    print(error)\n",
+         )(nb, ctx), ctx), full=True, needs_sandbox=True),
 
     # --- secrets of the grading machine --------------------------------------------------------
     Case("reads_course_files", "copies answers out of files of the grading machine, an exercise per file: "
@@ -370,16 +372,19 @@ CASES = [
          full=True, flagged="frame"),
 
     # --- script injection into feedback and Formgrader ---------------------------------------
-    Case("script_in_output", "HTML output with a script and an event handler",
-         _append("from IPython.display import HTML, display\n"
-                 "display(HTML('<script>alert(1)</script><img src=x onerror=\"alert(2)\">'))\n"), full=True),
-    Case("svg_and_javascript_output", "an SVG with onload and a JavaScript output",
-         _append("from IPython.display import SVG, Javascript, display\n"
-                 "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(3)\"><circle r=\"4\"/></svg>'))\n"
-                 "display(Javascript('alert(4)'))\n"), full=True),
-    Case("markdown_with_handlers", "a markdown cell with event handlers and a javascript: link",
-         _append("<details open ontoggle=\"alert(5)\">x</details>\n\n[click](javascript:alert(6))\n"
-                 "<a href=\"javascript:alert(7)\">y</a>", markdown=True), full=True),
+    Case("script_in_output", "HTML output with a script and an event handler, an SVG with onload, a "
+         "JavaScript output, and a markdown cell with event handlers and javascript: links; the checks of "
+         "every page and autograded notebook name what survived",
+         lambda nb, ctx: _append(
+             "<details open ontoggle=\"alert(5)\">x</details>\n\n[click](javascript:alert(6))\n"
+             "<a href=\"javascript:alert(7)\">y</a>", markdown=True,
+         )(_append(
+             "from IPython.display import HTML, display\n"
+             "display(HTML('<script>alert(1)</script><img src=x onerror=\"alert(2)\">'))\n",
+             "from IPython.display import SVG, Javascript, display\n"
+             "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(3)\"><circle r=\"4\"/></svg>'))\n"
+             "display(Javascript('alert(4)'))\n",
+         )(nb, ctx), ctx), full=True),
 
     # --- points not earned ----------------------------------------------------------------------
     Case("patches_test_helpers", "switches off the reference guard: the reference is absent anyway; flagged",
