@@ -74,6 +74,8 @@ MAX_KERNEL_DEATHS = 3
 MAX_RESULT_BYTES, MAX_RESULT_FILES = 64 * 2**20, 20
 #: Files nbgrader's exchange puts beside a submitted notebook, kept with it (at most 4 KiB each).
 COMPANIONS, COMPANION_LIMIT = ("timestamp.txt", "submission_secret.txt"), 4096
+#: What a submission's private copy is called, in a folder of its own under ``<course>/work/incoming/``.
+INCOMING = "submission.ipynb"
 
 
 def _last_line(result: dict) -> str:
@@ -245,7 +247,7 @@ def take_in(notebooks: dict[str, Path], source: Path, folder: Path, limit: int,
     companions, student -> why refused)."""
     copies, contents, refused = {}, {}, {}
     for student, path in notebooks.items():
-        wanted = {f"{path.stem}.ipynb": (path, limit)}
+        wanted = {INCOMING: (path, limit)}  # a name of the grader's, not the student's
         wanted.update({name: (extra, COMPANION_LIMIT) for name, extra in (companions or {}).get(student, {}).items()
                        if name in COMPANIONS})
         try:
@@ -258,7 +260,7 @@ def take_in(notebooks: dict[str, Path], source: Path, folder: Path, limit: int,
         for name, data in read.items():
             (own / name).write_bytes(data.data)
             os.utime(own / name, (data.mtime, data.mtime))
-        copies[student] = own / f"{path.stem}.ipynb"
+        copies[student] = own / INCOMING
         contents[student] = b"".join(read[name].data for name in sorted(read))
     return copies, contents, refused
 
