@@ -140,7 +140,12 @@ class _Lowering:
                 self.emit(depth, f"{name} = {value}  # unrolled")
                 yield depth
             return
-        span = f"{bounds[0]}, {bounds[1]} + 1" if bounds else str(loop.extent)
+        if bounds is None:
+            span = str(loop.extent)
+        elif bounds[1].isdigit():
+            span = f"{bounds[0]}, {int(bounds[1]) + 1}"
+        else:
+            span = f"{bounds[0]}, {bounds[1]} + 1"
         if loop.annotation == "parallel" and not self.trace:
             self.emit(depth, f"for {name} in prange({span}):")
         else:
@@ -300,7 +305,7 @@ class _Lowering:
                     dims.append((str(max(0, lo)), str(min(n - 1, hi))))
                 else:
                     text = " + ".join(_term(v, c) for v, c in base)
-                    dims.append((f"max(0, {text} + {lo})", f"min({n - 1}, {text} + {hi})"))
+                    dims.append((f"max(0, {_plus(text, lo)})", f"min({n - 1}, {_plus(text, hi)})"))
             out[p.name] = dims
         return out
 
@@ -321,6 +326,10 @@ class _Lowering:
             loops([l for l in stage.leaves if l.kind == "spatial"], 0, depth,
                   lambda d: self.init(d, stage, env, identity))
         loops(stage.leaves, 0, depth, lambda d: self.body(d, stage, env))
+
+
+def _plus(text: str, constant: int) -> str:
+    return text if constant == 0 else f"{text} {'+' if constant > 0 else '-'} {abs(constant)}"
 
 
 def _term(name: str, coefficient: int) -> str:
