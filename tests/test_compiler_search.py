@@ -17,7 +17,7 @@ from mlsys_lib.compiler import ops
 from mlsys_lib.compiler.expr import Axis, BinOp, Const
 from mlsys_lib.compiler.features import MAX_DEPTH, feature_names, features, footprints
 from mlsys_lib.compiler.measure import Measurement, TuningLog, make_arrays, measure, time_config
-from mlsys_lib.compiler.schedule import Fuse, ScheduleError, Split
+from mlsys_lib.compiler.schedule import ScheduleError, Split
 from mlsys_lib.compiler.space import conv2d_space, matmul_space, tile_sizes
 from mlsys_lib.compiler.traffic import count_traffic
 from mlsys_lib.compiler.tuner import (candidate_pool, cost_model, evolutionary_search, model_guided_search,
@@ -229,6 +229,7 @@ def test_features_read_the_schedule():
     named = dict(zip(feature_names(schedule), features(schedule)))
     assert named["vector_width"] == 16 and named["parallel_extent"] == 16 and named["unroll_extent"] == 4
     assert named["cache_write"] == 1 and named["cache_write_depth"] == 2  # at jo, the second loop
+    assert named["cache_write.log2_bytes"] == math.log2(4 * 16 * 4)  # a 4 x 16 float32 tile of C
     assert [named[f"loop{p}.log2_extent"] for p in range(7)] == [4, 2, 1, 5, 2, 4, 0]
     assert named["loop0.parallel"] == named["loop5.vectorize"] == named["loop4.unroll"] == 1
     assert named["loop2.reduce"] == named["loop3.reduce"] == 1 and named["loop1.reduce"] == 0
@@ -312,7 +313,7 @@ def test_space_schedules_compute_what_the_operator_means(space, configs):
     """Ragged sizes: every tile leaves a tail somewhere."""
     for config in configs:
         schedule, tensors = space.apply(config)
-        arrays = make_arrays(tensors, seed=1)
+        arrays = make_arrays(schedule, seed=1)
         expected = evaluate(schedule.outputs[0], {t.name: a for t, a in zip(tensors, arrays)})
         np.testing.assert_allclose(build(schedule)(*arrays[:-1]), expected, rtol=1e-4, atol=1e-5, err_msg=str(config))
 

@@ -43,12 +43,16 @@ def footprints(stage: Stage) -> list[dict[str, int]]:
 
     ``result[d][name]``: the loops ``stage.leaves[d:]`` run in full, the outer ones are at their
     first iteration (a full tile when a split has a tail). ``result[0]`` is the whole nest,
-    ``result[-1]`` one innermost iteration (one element per tensor accessed). Per tensor and
-    dimension, the affine index ranges over an interval (the loops' value intervals times the
-    coefficients, plus the constant); several accesses to one tensor take the union of their
-    intervals (exact when they differ by constants, like a convolution's halo); the bytes are the
-    product of the interval lengths times the itemsize. A strided index (``2 * y``) counts the whole
-    interval it spans. The output counts, a ``cache_write`` buffer does not (it is registers).
+    ``result[-1]`` one innermost iteration (one element per tensor accessed).
+
+    Interval arithmetic: every axis ranges over ``[0, reach]`` (:func:`_reach`), so every affine
+    index over an interval; several accesses to one tensor take, per dimension, the union of their
+    intervals (they differ by constants: a stencil's or a convolution's halo); the bytes are the
+    product of the interval lengths times the itemsize. That is the bounding box of what is touched:
+    exactly the elements touched when each axis's loops nest in order (outer part outside inner
+    part, as tiling nests them) and the accesses differ along one dimension; more when a loop
+    strides an index (an outer part inside its inner part, ``2 * y``) or when shifted boxes leave
+    corners out. The output counts; a ``cache_write`` buffer does not (it is registers).
     """
     itemsize = {t.name: np.dtype(t.dtype).itemsize for t in stage.schedule.tensors}
     levels = []
@@ -109,8 +113,10 @@ def _named_features(stage: Stage, max_depth: int) -> list[tuple[str, float]]:
     out.append(("vector_width", float(annotated["vectorize"][0].extent if annotated["vectorize"] else 1)))
     out.append(("parallel_extent", float(annotated["parallel"][0].extent if annotated["parallel"] else 1)))
     out.append(("unroll_extent", float(math.prod(l.extent for l in annotated["unroll"]))))
+    local = leaves.index(stage.local_at) + 1 if stage.local_at else 0
     out.append(("cache_write", float(stage.local_at is not None)))
-    out.append(("cache_write_depth", float(leaves.index(stage.local_at) + 1 if stage.local_at else 0)))
+    out.append(("cache_write_depth", float(local)))
+    out.append(("cache_write.log2_bytes", math.log2(levels[local][stage.name]) if local else 0.0))
     return out
 
 
@@ -135,8 +141,8 @@ def features(schedule: Schedule, max_depth: int = MAX_DEPTH) -> np.ndarray:
     - per tensor: log2 of its reuse distance in bytes, the footprint of all tensors over one
       iteration of the innermost loop that does not move it (the whole nest's when none);
     - vector width (the vectorized loop's extent, 1 if none), parallel extent (1 if none), unroll
-      extent (the product of the unrolled loops' extents), cache_write (0/1) and its depth
-      (1 + the position of the loop it is at, 0 if none).
+      extent (the product of the unrolled loops' extents), cache_write (0/1), its depth (1 + the
+      position of the loop it is at, 0 if none) and log2 of its buffer's bytes (0 if none).
     """
     return np.array([value for _, value in _named_features(_stage(schedule), max_depth)], dtype=np.float64)
 

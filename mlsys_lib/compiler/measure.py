@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .codegen import Kernel, build
-from .expr import Tensor
+from .schedule import Schedule
 from .space import Space
 
 
@@ -52,12 +52,14 @@ def measure(kernel: Kernel | Callable, arrays: Sequence[np.ndarray], warmup: int
     return float(np.median(times))
 
 
-def make_arrays(tensors: Sequence[Tensor], seed: int = 0) -> list[np.ndarray]:
-    """Arguments for a kernel over ``tensors`` (inputs, then outputs, as :meth:`Space.apply` lists them):
-    the inputs uniform in [-1, 1), the outputs uninitialised. The last tensor is the output."""
+def make_arrays(schedule: Schedule | Space, seed: int = 0) -> list[np.ndarray]:
+    """Arguments for ``schedule``'s kernel (inputs, then outputs): the inputs uniform in [-1, 1),
+    the outputs uninitialised. For a :class:`Space`, those of its configs (they share the tensors)."""
+    if isinstance(schedule, Space):
+        schedule = schedule.apply({name: values[0] for name, values in schedule.knobs.items()})[0]
     rng = np.random.default_rng(seed)
-    inputs = [rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in tensors[:-1]]
-    return inputs + [np.empty(tensors[-1].shape, tensors[-1].dtype)]
+    inputs = [rng.uniform(-1, 1, t.shape).astype(t.dtype) for t in schedule.inputs]
+    return inputs + [np.empty(t.shape, t.dtype) for t in schedule.outputs]
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,11 @@ def time_config(space: Space, config: dict, arrays: Sequence[np.ndarray] | None 
                 repeat: int = 5, max_seconds: float | None = None) -> Measurement:
     """Build and compile ``config`` of ``space``, then :func:`measure` it on ``arrays`` (random ones by
     default, from :func:`make_arrays`)."""
-    schedule, tensors = space.apply(config)
+    schedule, _ = space.apply(config)
     start = time.perf_counter()
     kernel = build(schedule).compile()
     compile_seconds = time.perf_counter() - start
-    seconds = measure(kernel, make_arrays(tensors) if arrays is None else arrays, warmup, repeat, max_seconds)
+    seconds = measure(kernel, make_arrays(schedule) if arrays is None else arrays, warmup, repeat, max_seconds)
     return Measurement(seconds, space.flops / seconds / 1e9, compile_seconds)
 
 

@@ -154,7 +154,7 @@ def conv2d_space(batch: int, in_channels: int, out_channels: int, height: int, w
     if kernel > min(height, width):
         raise ValueError(f"conv2d_space: kernel {kernel} is larger than the image {height}×{width}")
     oh, ow = height - kernel + 1, width - kernel + 1
-    knobs = {"tile_o": tile_sizes(out_channels, 1, 16), "tile_y": tile_sizes(oh, 1, 4),
+    knobs = {"tile_o": tile_sizes(out_channels, 1, 8), "tile_y": tile_sizes(oh, 1, 4),
              "tile_x": tile_sizes(ow, 4, 64), "outer_order": list(CONV2D_OUTER_ORDERS),
              "reduce_order": list(CONV2D_REDUCE_ORDERS), **_SWITCHES}
 

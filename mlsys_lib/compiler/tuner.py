@@ -143,7 +143,7 @@ def tune(space: Space, strategy: str, trials: int, seed: int = 0, log: TuningLog
         raise ValueError(f"tune: strategy must be one of {STRATEGIES}, got {strategy!r}")
     rng = np.random.default_rng(seed)
     if measure is None:
-        arrays = make_arrays(space.apply({k: v[0] for k, v in space.knobs.items()})[1], seed)
+        arrays = make_arrays(space, seed)
         measure = lambda config: time_config(space, config, arrays, **timing)  # noqa: E731
 
     def logged(config: dict) -> float:
