@@ -1,34 +1,36 @@
 """Schedules found by search against numpy, measured in the same run (Lab 9, ML compilation).
 
-    python benchmarks/compiler.py [--quick] [--log tune.jsonl]
+    python benchmarks/compiler.py [--quick] [--log tune.jsonl] [--max-seconds 0.1]
 
-Prints, for float32 matmul n × n × n (n = 1024; 256 with --quick):
+For float32 matmul n × n × n (n = 1024; 256 with --quick):
 
-* numpy's ``A @ B`` (OpenBLAS) and Lab 1's hand-written kernels (``mlsys_lib.tensor.matmul``), GFLOP/s;
-* the lecture's steps written as schedules: naive (i, j, k) → reordered (i, k, j) → tiled (4 × 64
-  tiles of C in a local buffer) → vectorized → parallel, GFLOP/s each;
-* the best schedule model-guided search (AutoTVM's loop) finds in 200 measured trials (24 with
-  --quick) from a pool of random configs of ``matmul_space``, its GFLOP/s and ratio to numpy and
-  to Lab 1's best (target: at least 0.5× numpy, and faster than Lab 1), and the wall time the
-  search spent (code generation, Numba compilation and measurement);
+* model-guided search (AutoTVM's loop) over a pool of random configs of ``matmul_space``, 200
+  measured trials (24 with --quick): the wall time it spent (code generation, Numba compilation,
+  measurement) and the best config;
+* GFLOP/s of numpy's ``A @ B`` (OpenBLAS), Lab 1's hand-written kernels (``mlsys_lib.tensor.matmul``),
+  the lecture's steps written as schedules (naive i, j, k → reordered i, k, j → tiled: 4 × 64 tiles
+  of C in a local buffer → vectorized → parallel) and the best config found, each with its ratio to
+  numpy (targets: the best found at least 0.5× numpy, and faster than Lab 1's best);
 * model-guided against random search, trials to reach 90% of the best speed, median over 5 seeds
   (target: model-guided in at most half the trials). Compiling costs about a second per config, so
   this comparison is a *replay*: a fixed random subset of the space is measured once into a table,
-  and both searches are run over that table for every seed (a search's trial is a table lookup);
+  and both searches run over that table for every seed (a trial is a table lookup);
 
 and for conv2d (batch 8, 64 → 64 channels, 56 × 56 output, 3 × 3 kernel, input padded to 58 × 58;
-smaller with --quick) the best schedule model-guided search finds in 24 trials (8 with --quick)
-against numpy's im2col + GEMM (target: within 2×, i.e. a ratio of at least 0.5).
+smaller with --quick) the best config model-guided search finds in 24 trials (8 with --quick)
+against numpy's im2col + GEMM (target: within 2×, a ratio of at least 0.5).
 
-Times are medians of 5 runs after a warm-up (one run for a schedule whose first run takes longer
-than --max-seconds: it is out of the race). Every tuned kernel is checked against numpy.
-With ``--log`` measurements are appended to a tuning log and reused by a later run.
+A time is the median of 5 runs after a warm-up (one run for a schedule whose first run takes longer
+than --max-seconds: it is out of the race). The contenders of a comparison are measured in turn,
+three rounds, so that a load on the machine that comes and goes hits them alike. Every tuned kernel
+is checked against numpy first. With ``--log`` measurements are appended to a tuning log and reused.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable
 
@@ -36,7 +38,7 @@ import numpy as np
 
 from mlsys_lib.compiler import build, create_schedule, ops, te
 from mlsys_lib.compiler.features import features
-from mlsys_lib.compiler.measure import TuningLog, make_arrays, measure, time_config
+from mlsys_lib.compiler.measure import TuningLog, config_key, make_arrays, measure, time_config
 from mlsys_lib.compiler.space import Space, conv2d_space, matmul_space
 from mlsys_lib.compiler.tuner import candidate_pool, cost_model, model_guided_search, random_search, tune
 from mlsys_lib.tensor.matmul import matmul_parallel, matmul_tiled
@@ -90,74 +92,81 @@ def trials_to_reach(history: list, seconds: float) -> int:
 
 def replay(space: Space, table: dict[str, float], configs: list[dict]) -> None:
     """Model-guided against random search over the measured ``table`` (config key -> seconds)."""
-    key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
-    vectors = {key(c): features(space.apply(c)[0]) for c in configs}
+    vectors = {config_key(c): features(space.apply(c)[0]) for c in configs}
+    lookup = lambda c: table[config_key(c)]  # noqa: E731
     target = min(table.values()) / 0.9
-    print(f"\nreplay over a table of {len(table)} random configs measured once (best {gflops(space.flops, min(table.values())):.1f}"
-          f" GFLOP/s); trials to reach 90% of it:")
+    print(f"\nreplay over a table of {len(table)} random configs measured once (best "
+          f"{gflops(space.flops, min(table.values())):.1f} GFLOP/s); trials to reach 90% of it:")
     found = {"model-guided": [], "random": []}
     for seed in SEEDS:
         order = [configs[i] for i in np.random.default_rng(seed).permutation(len(configs))]
-        lookup = lambda c: table[key(c)]  # noqa: E731
-        guided = model_guided_search(order, lambda c: vectors[key(c)], lookup, cost_model(seed), len(order), BATCH)
+        guided = model_guided_search(order, lambda c: vectors[config_key(c)], lookup, cost_model(seed), len(order), BATCH)
         found["model-guided"].append(trials_to_reach(guided, target))
         found["random"].append(trials_to_reach(random_search(order, lookup, len(order)), target))
     for name, trials in found.items():
         print(f"{name:>14}: {' '.join(f'{t:4d}' for t in trials)}   median {np.median(trials):5.1f}")
     shuffles = np.random.default_rng(99)
     expected = np.mean([trials_to_reach(random_search([configs[i] for i in shuffles.permutation(len(configs))],
-                                                      lambda c: table[key(c)], len(configs)), target)
-                        for _ in range(1000)])
+                                                      lookup, len(configs)), target) for _ in range(1000)])
     print(f"{'random':>14}: expected over 1000 shuffles {expected:.1f}")
     print(f"median trials model-guided / random: {np.median(found['model-guided']) / np.median(found['random']):.2f}"
           f"  (target: at most 0.5)")
 
 
-def tune_best(space: Space, trials: int, pool: int, log: TuningLog | None, max_seconds: float) -> tuple[dict, float]:
+def tune_best(space: Space, trials: int, pool: int, log: TuningLog | None, max_seconds: float) -> dict:
+    """The fastest config model-guided search measures in ``trials``."""
     start = time.perf_counter()
     history = tune(space, "model", trials, seed=0, log=log, batch_size=BATCH, pool_size=pool, max_seconds=max_seconds)
     config, seconds = min(history, key=lambda h: h[1])
-    print(f"model-guided search, {len(history)} trials from a pool of {pool}: {time.perf_counter() - start:.0f} s")
-    print(f"best config: {json.dumps(config)}")
-    return config, seconds
+    print(f"model-guided search, {len(history)} trials from a pool of {pool}: {time.perf_counter() - start:.0f} s; "
+          f"best {gflops(space.flops, seconds):.1f} GFLOP/s:\n    {json.dumps(config)}")
+    return config
 
 
-def check(space: Space, config: dict, reference: Callable) -> None:
+def check(space: Space, config: dict, reference: Callable) -> Callable:
+    """The kernel of ``config``, compiled, once checked against ``reference`` on other inputs."""
     schedule, _ = space.apply(config)
+    kernel = build(schedule).compile()
     arrays = make_arrays(schedule, seed=7)
-    np.testing.assert_allclose(build(schedule)(*arrays[:-1]), reference(*arrays[:-1]), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(kernel(*arrays[:-1]), reference(*arrays[:-1]), rtol=1e-3, atol=1e-3)
+    return kernel
+
+
+def compare(contenders: dict[str, Callable[[], object]], flops: int, max_seconds: float, rounds: int = 3) -> dict:
+    """GFLOP/s of each contender, measured in turn ``rounds`` times (the median round): a load that
+    comes and goes during the run slows them all alike instead of the one measured at that moment."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, run in contenders.items():
+            times[name].append(measure(run, [], max_seconds=max_seconds))
+    return {name: gflops(flops, float(np.median(t))) for name, t in times.items()}
 
 
 def matmul_section(n: int, trials: int, table_size: int, pool: int, log: TuningLog | None, max_seconds: float) -> None:
     space = matmul_space(n, n, n)
-    flops = space.flops
     A, B, C = make_arrays(space)
-    numpy = gflops(flops, measure(lambda: np.matmul(A, B, out=C), []))
-    print(f"float32 matmul n = {n}\n{'numpy (OpenBLAS)':>22}: {numpy:7.1f} GFLOP/s")
-    lab1 = {}
+    print(f"float32 matmul n = {n}")
+    config = tune_best(space, trials, pool, log, max_seconds)
+    tuned = check(space, config, np.matmul)
+    contenders = {"numpy (OpenBLAS)": lambda: np.matmul(A, B, out=C)}
     for name, fn in (("tiled", matmul_tiled), ("parallel", matmul_parallel)):
-        a, b = np.ascontiguousarray(A[:67, :45]), np.ascontiguousarray(B[:45, :71])
-        np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-3, atol=1e-4)
-        lab1[name] = gflops(flops, measure(lambda: fn(A, B), []))
-        print(f"{'Lab 1 ' + name:>22}: {lab1[name]:7.1f} GFLOP/s   {lab1[name] / numpy:5.2f}x numpy")
-    lab1_best = max(lab1.values())
-
-    print("\nthe lecture's steps as schedules")
+        check_lab1 = make_arrays(space, seed=7)[:2]
+        np.testing.assert_allclose(fn(*check_lab1), np.matmul(*check_lab1), rtol=1e-3, atol=1e-3)
+        contenders[f"Lab 1 {name}"] = lambda fn=fn: fn(A, B)
     for name, make in lecture_steps(n).items():
-        kernel = build(make()).compile()
-        rate = gflops(flops, measure(kernel, [A, B, C], max_seconds=max_seconds))
-        print(f"{name:>22}: {rate:7.1f} GFLOP/s   {rate / numpy:5.2f}x numpy")
-
-    print()
-    config, _ = tune_best(space, trials, pool, log, max_seconds)
-    check(space, config, lambda a, b: a @ b)
-    best = time_config(space, config, [A, B, C]).gflops  # measured again, next to numpy
-    print(f"best schedule: {best:.1f} GFLOP/s   {best / numpy:.2f}x numpy (target >= 0.5)   "
-          f"{best / lab1_best:.2f}x Lab 1's best (target > 1)")
+        contenders[f"step: {name}"] = lambda kernel=build(make()).compile(): kernel.run(A, B, C)
+    contenders["tuned (best found)"] = lambda: tuned.run(A, B, C)
+    rates = compare(contenders, space.flops, max_seconds)
+    numpy, lab1 = rates["numpy (OpenBLAS)"], max(rates["Lab 1 tiled"], rates["Lab 1 parallel"])
+    print(f"\n{'':>22}  GFLOP/s  x numpy  (measured in turn, median of 3 rounds)")
+    for name, rate in rates.items():
+        print(f"{name:>22}: {rate:7.1f}  {rate / numpy:7.2f}")
+    best = rates["tuned (best found)"]
+    print(f"tuned / numpy: {best / numpy:.2f} (target >= 0.5)   tuned / Lab 1's best: {best / lab1:.2f} (target > 1)")
 
     configs = candidate_pool(space, table_size, np.random.default_rng(1))
     start = time.perf_counter()
-    table = {json.dumps(c, sort_keys=True): time_config(space, c, [A, B, C], max_seconds=max_seconds).seconds
+    table = {config_key(c): time_config(space, c, [A, B, C], max_seconds=max_seconds).seconds
              for c in configs}
     print(f"\nmeasuring the table: {time.perf_counter() - start:.0f} s")
     replay(space, table, configs)
@@ -168,12 +177,13 @@ def conv2d_section(shape: tuple[int, ...], trials: int, pool: int, log: TuningLo
     space = conv2d_space(batch, channels, out_channels, size + 2, size + 2, 3)
     data, weight, out = make_arrays(space)
     print(f"\nconv2d: batch {batch}, {channels} -> {out_channels} channels, {size}x{size} output, 3x3 kernel")
-    reference = gflops(space.flops, measure(lambda: conv2d_im2col(data, weight), []))
-    print(f"{'numpy im2col + GEMM':>22}: {reference:7.1f} GFLOP/s")
-    config, _ = tune_best(space, trials, pool, log, max_seconds)
-    check(space, config, conv2d_im2col)
-    best = time_config(space, config, [data, weight, out]).gflops
-    print(f"best schedule: {best:.1f} GFLOP/s   {best / reference:.2f}x im2col + GEMM (target >= 0.5)")
+    config = tune_best(space, trials, pool, log, max_seconds)
+    tuned = check(space, config, conv2d_im2col)
+    rates = compare({"numpy im2col + GEMM": lambda: conv2d_im2col(data, weight),
+                     "tuned (best found)": lambda: tuned.run(data, weight, out)}, space.flops, max_seconds)
+    for name, rate in rates.items():
+        print(f"{name:>22}: {rate:7.1f} GFLOP/s")
+    print(f"tuned / im2col + GEMM: {rates['tuned (best found)'] / rates['numpy im2col + GEMM']:.2f} (target >= 0.5)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,14 +194,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="a first run slower than this is the schedule's time (no repeats)")
     args = parser.parse_args(argv)
     log = TuningLog(args.log) if args.log else None
-    start = time.perf_counter()
+    start, load = time.perf_counter(), os.getloadavg()[0]
     if args.quick:
         matmul_section(256, trials=24, table_size=24, pool=200, log=log, max_seconds=args.max_seconds)
         conv2d_section((1, 16, 16, 16), trials=8, pool=100, log=log, max_seconds=args.max_seconds)
     else:
         matmul_section(1024, trials=200, table_size=100, pool=2000, log=log, max_seconds=args.max_seconds)
         conv2d_section((8, 64, 64, 56), trials=24, pool=1000, log=log, max_seconds=args.max_seconds)
-    print(f"\ntotal {time.perf_counter() - start:.0f} s")
+    print(f"\ntotal {time.perf_counter() - start:.0f} s; load average (1 min) at the start {load:.2f}, at the end "
+          f"{os.getloadavg()[0]:.2f} (this run's own load is about 1-2 on {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

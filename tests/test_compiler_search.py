@@ -16,7 +16,7 @@ from mlsys_lib.compiler import build, create_schedule, evaluate, te
 from mlsys_lib.compiler import ops
 from mlsys_lib.compiler.expr import Axis, BinOp, Const
 from mlsys_lib.compiler.features import MAX_DEPTH, feature_names, features, footprints
-from mlsys_lib.compiler.measure import Measurement, TuningLog, make_arrays, measure, time_config
+from mlsys_lib.compiler.measure import Measurement, TuningLog, config_key, make_arrays, measure, time_config
 from mlsys_lib.compiler.schedule import ScheduleError, Split
 from mlsys_lib.compiler.space import conv2d_space, matmul_space, tile_sizes
 from mlsys_lib.compiler.traffic import count_traffic
@@ -275,7 +275,7 @@ def test_space_sample_and_mutate_stay_in_the_space():
 def test_space_configs_list_every_config_once():
     space = matmul_space(4, 4, 8)
     configs = space.configs()
-    assert len(configs) == len(space) == len({json.dumps(c, sort_keys=True) for c in configs})
+    assert len(configs) == len(space) == len({config_key(c) for c in configs})
     for config in configs[::37]:
         space.apply(config)
 
@@ -446,14 +446,14 @@ def test_model_guided_search_breaks_ties_in_candidate_order_and_stops_when_candi
 def test_random_and_evolutionary_searches_never_measure_a_config_twice():
     space = matmul_space(64, 64, 64)
     pool = candidate_pool(space, 300, np.random.default_rng(0))
-    assert len({json.dumps(c, sort_keys=True) for c in pool}) == 300
+    assert len({config_key(c) for c in pool}) == 300
     history = random_search(pool, _synthetic_cost, 120)
     assert [c for c, _ in history] == pool[:120]
     history = evolutionary_search(space, _synthetic_cost, 400, np.random.default_rng(0))
-    assert len(history) == 400 == len({json.dumps(c, sort_keys=True) for c, _ in history})
+    assert len(history) == 400 == len({config_key(c) for c, _ in history})
     small = matmul_space(2, 4, 8)  # 2 tile_i x 1 x 1 x 5 orders x 16 = 160 configs
     history = evolutionary_search(small, _synthetic_cost, 1000, np.random.default_rng(1))
-    assert len(history) == len(small) == len({json.dumps(c, sort_keys=True) for c, _ in history})
+    assert len(history) == len(small) == len({config_key(c) for c, _ in history})
 
 
 def test_evolutionary_search_beats_random_search_on_a_smooth_cost():

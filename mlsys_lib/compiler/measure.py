@@ -82,7 +82,8 @@ def time_config(space: Space, config: dict, arrays: Sequence[np.ndarray] | None 
     return Measurement(seconds, space.flops / seconds / 1e9, compile_seconds)
 
 
-def _key(config: dict) -> str:
+def config_key(config: dict) -> str:
+    """A config as canonical text (JSON, keys sorted): equal configs, equal keys."""
     return json.dumps(config, sort_keys=True)
 
 
@@ -126,7 +127,7 @@ class TuningLog:
 
     def _add(self, record: dict) -> None:
         self.records.append(record)
-        self._index[(record["task"], _key(record["config"]))] = record
+        self._index[(record["task"], config_key(record["config"]))] = record
 
     def __len__(self) -> int:
         return len(self.records)
@@ -144,7 +145,7 @@ class TuningLog:
 
     def lookup(self, task: str, config: dict) -> dict | None:
         """The record of ``config`` measured for ``task``, or None."""
-        return self._index.get((task, _key(config)))
+        return self._index.get((task, config_key(config)))
 
     def best(self, task: str) -> dict | None:
         """The fastest record of ``task`` (fewest seconds), or None when it has none."""

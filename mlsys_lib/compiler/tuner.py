@@ -9,14 +9,13 @@ the batch it ranks fastest among the untried candidates, repeat. :func:`tune` ru
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from sklearn.ensemble import GradientBoostingRegressor
 
 from .features import features
-from .measure import Measurement, TuningLog, make_arrays, time_config
+from .measure import Measurement, TuningLog, config_key, make_arrays, time_config
 from .space import Space
 
 STRATEGIES = ("random", "evolutionary", "model")
@@ -60,17 +59,13 @@ def model_guided_search(candidates: Sequence, featurize: Callable[[object], np.n
     return history
 
 
-def _key(config: dict) -> str:
-    return json.dumps(config, sort_keys=True)
-
-
 def _unseen_sample(space: Space, rng: np.random.Generator, seen: set[str]) -> dict:
     """A random config not in ``seen`` (listing the rest when random draws keep hitting seen ones)."""
     for _ in range(1000):
         config = space.sample(rng)
-        if _key(config) not in seen:
+        if config_key(config) not in seen:
             return config
-    rest = [c for c in space.configs() if _key(c) not in seen]
+    rest = [c for c in space.configs() if config_key(c) not in seen]
     return rest[rng.integers(len(rest))]
 
 
@@ -98,12 +93,12 @@ def evolutionary_search(space: Space, measure: Callable[[dict], float], trials: 
             a, b = parent(), parent()
             child = space.mutate({k: (a if rng.random() < 0.5 else b)[k] for k in space.knobs}, rng)
             for _ in range(100):
-                if _key(child) not in seen:
+                if config_key(child) not in seen:
                     break
                 child = space.mutate(child, rng)
             else:
                 child = _unseen_sample(space, rng, seen)
-        seen.add(_key(child))
+        seen.add(config_key(child))
         history.append((child, measure(child)))
     return history
 
@@ -122,7 +117,7 @@ def candidate_pool(space: Space, size: int, rng: np.random.Generator) -> list[di
     pool, seen = [], set()
     while len(pool) < size:
         config = _unseen_sample(space, rng, seen)
-        seen.add(_key(config))
+        seen.add(config_key(config))
         pool.append(config)
     return pool
 
