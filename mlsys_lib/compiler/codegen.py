@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
 
-from .expr import REDUCERS, Axis, BinOp, Call, Const, Expr, Load, Tensor
-from .schedule import Schedule, ScheduleError, Stage
+from .expr import REDUCERS, Axis, BinOp, Call, Const, Expr, Load, Tensor, affine
+from .loops import Fuse, ScheduleError, Split
+
+if TYPE_CHECKING:  # schedule.py imports this module: the types only, for the annotations
+    from .schedule import Schedule, Stage
 
 FASTMATH = {"reassoc", "contract"}  # reorder sums and fuse multiply-adds; NaN and inf keep their meaning
 _CALLS = {"exp": "np.exp", "sqrt": "np.sqrt", "maximum": "np.maximum", "minimum": "np.minimum"}
@@ -29,7 +33,7 @@ _COMBINE = {"sum": "{0} + {1}", "max": "np.maximum({0}, {1})"}
 
 def lower(schedule: Schedule, trace: bool = False) -> str:
     """The Python source of ``schedule``'s kernel (or of its access trace, with ``trace=True``)."""
-    if not isinstance(schedule, Schedule):
+    if not hasattr(schedule, "stages"):
         raise TypeError(f"lower: expected a Schedule, got {type(schedule).__name__}")
     return _Lowering(schedule, trace).source()
 
@@ -165,7 +169,6 @@ class _Lowering:
 
     def axis_value(self, stage: Stage, loop) -> str:
         """The expression of a (non-leaf) loop's value in the leaf loops."""
-        from .schedule import Fuse, Split
         if loop in stage.leaves:
             return self.var(stage, loop)
         for rel in stage.relations:
@@ -356,7 +359,6 @@ def _term(name: str, coefficient: int) -> str:
 
 def _interval(index: Expr, intervals: dict):
     """The range of an affine index over the loops inside the attach point: (base, lo, hi) or None."""
-    from .expr import affine
     coefs = affine(index)
     if coefs is None:
         return None

@@ -29,44 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
+from .codegen import lower
 from .expr import Axis, BinOp, Call, Const, Load, Tensor, affine, loads, producers
+from .loops import MAX_UNROLL, Fuse, Loop, ScheduleError, Split
 
-MAX_UNROLL = 64
-ANNOTATIONS = ("parallel", "vectorize", "unroll")
-
-
-class ScheduleError(ValueError):
-    """A schedule primitive that would change what is computed, or that the code generator cannot emit."""
-
-
-@dataclass(eq=False)
-class Loop:
-    """One loop of a stage's nest: ``for name in range(extent)``, spatial or reduce, maybe annotated."""
-    name: str
-    extent: int
-    kind: str
-    annotation: str | None = None
-
-    def __repr__(self):
-        note = f", {self.annotation}" if self.annotation else ""
-        return f"Loop({self.name}, {self.extent}, {self.kind}{note})"
-
-
-@dataclass(frozen=True, eq=False)
-class Split:
-    parent: Loop
-    outer: Loop
-    inner: Loop
-    factor: int
-
-
-@dataclass(frozen=True, eq=False)
-class Fuse:
-    outer: Loop
-    inner: Loop
-    fused: Loop
+__all__ = ["MAX_UNROLL", "Fuse", "Loop", "Schedule", "ScheduleError", "Split", "Stage", "create_schedule"]
 
 
 class Stage:
@@ -426,7 +394,6 @@ class Schedule:
 
     def lower(self) -> str:
         """The Python source of the kernel this schedule generates."""
-        from .codegen import lower
         return lower(self)
 
     def __str__(self) -> str:
