@@ -301,7 +301,7 @@ def test_space_rejects_configs_off_its_knobs():
          "vectorize": True, "parallel": True, "unroll": True},
         {"tile_i": 2, "tile_j": 4, "tile_k": 41, "order": "io ko jo ki ii ji", "cache_write": True,
          "vectorize": False, "parallel": False, "unroll": False},
-        {"tile_i": 16, "tile_j": 8, "tile_k": 8, "order": "jo io ko ki ii ji", "cache_write": False,
+        {"tile_i": 8, "tile_j": 8, "tile_k": 8, "order": "jo io ko ki ii ji", "cache_write": False,
          "vectorize": True, "parallel": True, "unroll": False}]),
     (conv2d_space(2, 3, 5, 9, 10), [
         {"tile_o": 2, "tile_y": 4, "tile_x": 4, "outer_order": "b oo yo xo", "reduce_order": "ry rx rc",

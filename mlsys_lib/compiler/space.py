@@ -120,9 +120,10 @@ def _positive(what: str, **sizes) -> None:
 def matmul_space(n: int, m: int, k: int, dtype: str = "float32") -> Space:
     """``C (n, m) = A (n, k) @ B (k, m)``: C tiled ``tile_i × tile_j``, the reduction in chunks of
     ``tile_k``, the six loops in one of :data:`MATMUL_ORDERS` (``ji`` always innermost),
-    cache_write / vectorize / parallel / unroll of ``ii`` on or off."""
+    cache_write / vectorize / parallel / unroll of ``ii`` on or off. ``tile_i`` stops at 8: unrolled
+    16 times, the body took LLVM over a minute to compile, and compile time is tuning time."""
     _positive("matmul_space", n=n, m=m, k=k)
-    knobs = {"tile_i": tile_sizes(n, 1, 16), "tile_j": tile_sizes(m, 4, 256), "tile_k": tile_sizes(k, 8, 1024),
+    knobs = {"tile_i": tile_sizes(n, 1, 8), "tile_j": tile_sizes(m, 4, 256), "tile_k": tile_sizes(k, 8, 1024),
              "order": list(MATMUL_ORDERS), **_SWITCHES}
 
     def build(config: dict) -> Schedule:
@@ -147,8 +148,8 @@ def conv2d_space(batch: int, in_channels: int, out_channels: int, height: int, w
     in_channels, kernel, kernel). Output channels, rows and columns are tiled ``tile_o × tile_y ×
     tile_x`` (the tile innermost: ``oi yi xi``), outside it the loops in one of
     :data:`CONV2D_OUTER_ORDERS` then the reduction in one of :data:`CONV2D_REDUCE_ORDERS`;
-    cache_write / vectorize / parallel / unroll of ``oi`` on or off. Pad the input beforehand
-    for a "same" convolution."""
+    cache_write / vectorize / parallel / unroll of ``oi`` on or off (``tile_o`` stops at 8, as
+    ``tile_i`` does in :func:`matmul_space`). Pad the input beforehand for a "same" convolution."""
     _positive("conv2d_space", batch=batch, in_channels=in_channels, out_channels=out_channels,
               height=height, width=width, kernel=kernel)
     if kernel > min(height, width):
