@@ -3,6 +3,9 @@ edition): each loses exactly the tests its header lists, all of them tests of th
 (one mistake costs once), and every graded exercise has at least one. ``make course`` grades the same
 fixtures through nbgrader; test_pipeline.py does so for a few of them."""
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
 import pytest
 
 from autograder import mutate, samples
@@ -13,7 +16,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("lab", lab_names())
 def test_each_wrong_answer_loses_exactly_its_own_tests(lab):
-    checks = samples.check_wrong_answers(lab)
+    # A fresh process: check_wrong_answers forks, and a fork of this one would inherit Numba's parallel
+    # thread pool if an earlier test had started it (Lab 9's prange kernels), and hang in it.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        checks = pool.submit(samples.check_wrong_answers, lab).result()
     exercises = mutate.find_exercises(mutate.read_cells(SOLUTIONS / lab / f"{lab}.ipynb"))
     covered = {grade_id for check in checks for grade_id in check.wrong.cells}
     assert covered >= {e.grade_id for e in exercises}, (
