@@ -21,6 +21,7 @@ FIGURES = {
     "lec06_gpu": ["lec06_tiling.png", "lec06_roofline.png", "lec06_attention.png"],
     "lec07_collectives": ["lec07_alpha_beta.png", "lec07_bandwidth.png", "lec07_bytes.png"],
     "lec08_parallelism": ["lec08_schedules.png", "lec08_bubble.png", "lec08_memory.png", "lec08_tradeoff.png"],
+    "lec09_compiler": ["lec09_schedules.png", "lec09_search.png", "lec09_cost_model.png", "lec09_bucketing.png"],
 }
 
 #: The claims each lecture's timing figures state with mlsys_lib.viz.claim (their ratio is printed; at
@@ -29,6 +30,9 @@ CLAIMS = {
     "lec01_tensors": {"row order is faster than column order", "the tiled kernel is faster than the naive one"},
     "lec02_autodiff": {"reverse mode beats forward mode on R^n -> R", "forward mode beats reverse mode on R -> R^n"},
     "lec03_graph_opt": {"the fused chain is faster than the unfused one"},
+    "lec09_compiler": {"the scheduled kernel is faster than the naive one",
+                       "the tiled kernel with local accumulators is faster than the reordered one",
+                       "model-guided search reaches 95% of the best in fewer trials than random search"},
 }
 
 

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
 
-from .expr import REDUCERS, Axis, BinOp, Call, Const, Expr, Load, Tensor
-from .schedule import Schedule, ScheduleError, Stage
+from .expr import REDUCERS, Axis, BinOp, Call, Const, Expr, Load, Tensor, affine
+from .loops import Fuse, ScheduleError, Split
+
+if TYPE_CHECKING:  # schedule.py imports this module: the types only, for the annotations
+    from .schedule import Schedule, Stage
 
 FASTMATH = {"reassoc", "contract"}  # reorder sums and fuse multiply-adds; NaN and inf keep their meaning
 _CALLS = {"exp": "np.exp", "sqrt": "np.sqrt", "maximum": "np.maximum", "minimum": "np.minimum"}
@@ -29,7 +33,7 @@ _COMBINE = {"sum": "{0} + {1}", "max": "np.maximum({0}, {1})"}
 
 def lower(schedule: Schedule, trace: bool = False) -> str:
     """The Python source of ``schedule``'s kernel (or of its access trace, with ``trace=True``)."""
-    if not isinstance(schedule, Schedule):
+    if not hasattr(schedule, "stages"):
         raise TypeError(f"lower: expected a Schedule, got {type(schedule).__name__}")
     return _Lowering(schedule, trace).source()
 
@@ -37,6 +41,7 @@ def lower(schedule: Schedule, trace: bool = False) -> str:
 class _Lowering:
     def __init__(self, schedule: Schedule, trace: bool):
         self.s, self.trace, self.lines = schedule, trace, []
+        self.tensor_names = {t.name for t in schedule.tensors} | {f"{t.name}_local" for t in schedule.tensors}
         self._check()
 
     def _check(self) -> None:
@@ -45,6 +50,13 @@ class _Lowering:
             if vector and stage.leaves[-1] is not vector[0]:
                 raise ScheduleError(f"{stage.name}: vectorized loop {vector[0].name} is no longer the innermost "
                                     f"(that is {stage.leaves[-1].name}); vectorize the innermost loop")
+            if stage.local_at is not None:
+                inside = stage.leaves[stage.leaves.index(stage.local_at) + 1:]
+                for split in stage.tails():
+                    if split.parent not in stage.root.values() and any(l in inside for l in stage.depends(split.parent)):
+                        raise ScheduleError(f"{stage.name}: cache_write at {stage.local_at.name} with {split.parent.name} "
+                                            f"(extent {split.parent.extent}) split by {split.factor} inside it; the "
+                                            f"local buffer needs inner splits that divide")
             if stage.attach:
                 consumer, loop = stage.attach
                 if not any(loop is l for l in consumer.leaves):
@@ -54,11 +66,6 @@ class _Lowering:
                     if reader is not consumer and reader.attach != (consumer, loop) and not reader.inlined:
                         raise ScheduleError(f"{stage.name} is computed inside {consumer.name}'s loop {loop.name}, "
                                             f"but {reader.name} reads it too, outside that loop")
-        names = {t.name for t in self.s.tensors}
-        for stage in self.s.stages.values():
-            clash = names & {self.var(stage, l) for l in stage.leaves}
-            if clash:
-                raise ScheduleError(f"loop name(s) {sorted(clash)} of {stage.name} are also tensor names; rename")
 
     # --- text -------------------------------------------------------------------------------------
 
@@ -82,7 +89,12 @@ class _Lowering:
         return "\n".join(self.lines) + "\n"
 
     def var(self, stage: Stage, loop) -> str:
-        return f"{stage.name}_{loop.name}" if stage.attach else loop.name
+        """A loop's variable: its name (prefixed by the stage's inside another stage's loop), made
+        different from every tensor's name."""
+        name = f"{stage.name}_{loop.name}" if stage.attach else loop.name
+        while name in self.tensor_names:
+            name += "_"
+        return name
 
     def constant(self, value: float, dtype: str) -> str:
         text = repr(float(value)) if dtype.startswith("float") else repr(int(value))
@@ -157,12 +169,13 @@ class _Lowering:
 
     def axis_value(self, stage: Stage, loop) -> str:
         """The expression of a (non-leaf) loop's value in the leaf loops."""
-        from .schedule import Fuse, Split
         if loop in stage.leaves:
             return self.var(stage, loop)
         for rel in stage.relations:
             if isinstance(rel, Split) and rel.parent is loop:
-                return f"{self.axis_value(stage, rel.outer)} * {rel.factor} + {self.axis_value(stage, rel.inner)}"
+                outer = self.axis_value(stage, rel.outer)
+                outer = f"({outer})" if " " in outer else outer
+                return f"{outer} * {rel.factor} + {self.axis_value(stage, rel.inner)}"
             if isinstance(rel, Fuse) and loop is rel.outer:
                 return f"({self.axis_value(stage, rel.fused)}) // {rel.inner.extent}"
             if isinstance(rel, Fuse) and loop is rel.inner:
@@ -170,7 +183,7 @@ class _Lowering:
         raise ScheduleError(f"{loop.name} is not a loop of {stage.name}")
 
     def root_stage(self, stage: Stage, depth: int) -> None:
-        env = {axis: loop.name for axis, loop in stage.root.items()}
+        env = {axis: self.var(stage, loop) for axis, loop in stage.root.items()}
         spatial = [l for l in stage.leaves if l.kind == "spatial"]
         if stage.op.reduce is not None and stage.local_at is None:
             identity = self.constant(REDUCERS[stage.op.reduce.combiner], stage.tensor.dtype)
@@ -198,13 +211,19 @@ class _Lowering:
             return
         loop = leaves[k]
         for inner in self.open_loop(depth, stage, loop):
-            for axis, root in stage.root.items():
-                deps = stage.depends(root)
-                if root not in stage.leaves and deps and deps[-1] is loop and all(d in leaves for d in deps):
-                    self.emit(inner, f"{root.name} = {self.axis_value(stage, root)}")
-                    if stage.has_tail(root):
-                        self.emit(inner, f"if {root.name} < {root.extent}:")
-                        inner += 1
+            def settled(target):  # the value of target is known once this loop is open
+                deps = stage.depends(target)
+                return deps and deps[-1] is loop and all(d in leaves for d in deps)
+
+            roots = [root for root in stage.root.values() if root not in stage.leaves and settled(root)]
+            for root in roots:
+                self.emit(inner, f"{self.var(stage, root)} = {self.axis_value(stage, root)}")
+            for split in stage.tails():
+                if settled(split.parent):
+                    defined = any(split.parent is root for root in roots)
+                    value = self.var(stage, split.parent) if defined else f"({self.axis_value(stage, split.parent)})"
+                    self.emit(inner, f"if {value} < {split.parent.extent}:")
+                    inner += 1
             if leaves is stage.leaves:
                 for producer in self.attached(stage, loop):
                     regions = self.regions(stage, loop)
@@ -220,28 +239,30 @@ class _Lowering:
 
     # --- cache_write -------------------------------------------------------------------------------
 
-    def local_index(self, stage: Stage) -> tuple[list[str], tuple[int, ...]]:
-        """Per spatial axis: the index into the local buffer (the part from loops inside local_at) and
-        the buffer's extent."""
+    def local_index(self, stage: Stage) -> tuple[list[str], tuple[int, ...], list[str]]:
+        """Per spatial axis: the index into the local buffer (the part of the axis from loops inside
+        local_at), the buffer's extent, and the base (the part from the loops outside)."""
         inside = stage.leaves[stage.leaves.index(stage.local_at) + 1:]
-        index, shape = [], []
+        index, shape, base = [], [], []
         for root in stage.axis:
             coefs = stage.coefficients(root)
+            if coefs is None:  # fused, wholly outside (cache_write refuses a fuse inside)
+                coefs = {}
+                base.append(f"({self.axis_value(stage, root)})")
+            else:
+                base.append(" + ".join(_term(self.var(stage, l), c) for l, c in coefs.items() if l not in inside) or "0")
             terms = [(l, c) for l, c in coefs.items() if l in inside]
             index.append(" + ".join(_term(self.var(stage, l), c) for l, c in terms) or "0")
             shape.append(sum(c * (l.extent - 1) for l, c in terms) + 1)
-        return index, tuple(shape)
+        return index, tuple(shape), base
 
     def write_back(self, stage: Stage, depth: int) -> None:
         """Store the local buffer to the output: base (outer loops) + local offset, tails guarded."""
-        inside = stage.leaves[stage.leaves.index(stage.local_at) + 1:]
-        _, shape = self.local_index(stage)
+        _, shape, bases = self.local_index(stage)
         targets = []
-        for d, (root, extent) in enumerate(zip(stage.axis, shape)):
-            coefs = stage.coefficients(root)
-            base = " + ".join(_term(self.var(stage, l), c) for l, c in coefs.items() if l not in inside) or "0"
-            self.emit(depth + d, f"for {root.name}_w in range({extent}):")
-            targets.append(f"{base} + {root.name}_w")
+        for d, (root, extent, base) in enumerate(zip(stage.axis, shape, bases)):
+            self.emit(depth + d, f"for {self.var(stage, root)}_w in range({extent}):")
+            targets.append(f"{base} + {self.var(stage, root)}_w")
         depth += len(shape)
         guards = [f"{t} < {root.extent}" for t, root in zip(targets, stage.axis) if stage.has_tail(root)]
         if guards:
@@ -250,7 +271,7 @@ class _Lowering:
         if self.trace:
             self.emit(depth, f"_touch({stage.name!r}, ({', '.join(targets)},))")
         else:
-            local = ", ".join(f"{root.name}_w" for root in stage.axis)
+            local = ", ".join(f"{self.var(stage, root)}_w" for root in stage.axis)
             self.emit(depth, f"{stage.name}[{', '.join(targets)}] = {stage.name}_local[{local}]")
 
     # --- compute_at -------------------------------------------------------------------------------
@@ -338,7 +359,6 @@ def _term(name: str, coefficient: int) -> str:
 
 def _interval(index: Expr, intervals: dict):
     """The range of an affine index over the loops inside the attach point: (base, lo, hi) or None."""
-    from .expr import affine
     coefs = affine(index)
     if coefs is None:
         return None

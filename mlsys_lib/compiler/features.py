@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .expr import affine
+from .expr import Axis, affine
 from .schedule import Fuse, Loop, Schedule, Split, Stage
 
 #: Loop positions and footprint depths that :func:`features` encodes (deeper nests are refused).
@@ -38,6 +38,14 @@ def _reach(stage: Stage, loop: Loop, inner: list[Loop]) -> int:
     raise ValueError(f"{loop.name} is not a loop of {stage.name}")
 
 
+def axis_reach(stage: Stage, depth: int) -> dict[Axis, int]:
+    """{axis: the largest value it takes} while the loops ``stage.leaves[depth:]`` run in full and the
+    loops outside are at 0 (the smallest value is 0). Lab 9's footprint exercise builds on it."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= len(stage.leaves):
+        raise ValueError(f"axis_reach: depth must be an int in 0..{len(stage.leaves)}, got {depth!r}")
+    return {axis: _reach(stage, loop, stage.leaves[depth:]) for axis, loop in stage.root.items()}
+
+
 def footprints(stage: Stage) -> list[dict[str, int]]:
     """Bytes touched per tensor by one iteration of the loops at depth < d, for d = 0..len(leaves).
 
@@ -45,7 +53,7 @@ def footprints(stage: Stage) -> list[dict[str, int]]:
     first iteration (a full tile when a split has a tail). ``result[0]`` is the whole nest,
     ``result[-1]`` one innermost iteration (one element per tensor accessed).
 
-    Interval arithmetic: every axis ranges over ``[0, reach]`` (:func:`_reach`), so every affine
+    Interval arithmetic: every axis ranges over ``[0, reach]`` (:func:`axis_reach`), so every affine
     index over an interval; several accesses to one tensor take, per dimension, the union of their
     intervals (they differ by constants: a stencil's or a convolution's halo); the bytes are the
     product of the interval lengths times the itemsize. That is the bounding box of what is touched:
@@ -57,7 +65,7 @@ def footprints(stage: Stage) -> list[dict[str, int]]:
     itemsize = {t.name: np.dtype(t.dtype).itemsize for t in stage.schedule.tensors}
     levels = []
     for d in range(len(stage.leaves) + 1):
-        reach = {axis: _reach(stage, loop, stage.leaves[d:]) for axis, loop in stage.root.items()}
+        reach = axis_reach(stage, d)
         boxes: dict[str, list[tuple[int, int]]] = {}
         for indices, name in stage.accesses():
             box = []

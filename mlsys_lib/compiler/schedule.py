@@ -28,44 +28,13 @@ Python source (``print(s)`` shows it) compiled by Numba.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import contextmanager
 
+from .codegen import lower
 from .expr import Axis, BinOp, Call, Const, Load, Tensor, affine, loads, producers
+from .loops import MAX_UNROLL, Fuse, Loop, ScheduleError, Split
 
-MAX_UNROLL = 64
-ANNOTATIONS = ("parallel", "vectorize", "unroll")
-
-
-class ScheduleError(ValueError):
-    """A schedule primitive that would change what is computed, or that the code generator cannot emit."""
-
-
-@dataclass(eq=False)
-class Loop:
-    """One loop of a stage's nest: ``for name in range(extent)``, spatial or reduce, maybe annotated."""
-    name: str
-    extent: int
-    kind: str
-    annotation: str | None = None
-
-    def __repr__(self):
-        note = f", {self.annotation}" if self.annotation else ""
-        return f"Loop({self.name}, {self.extent}, {self.kind}{note})"
-
-
-@dataclass(frozen=True, eq=False)
-class Split:
-    parent: Loop
-    outer: Loop
-    inner: Loop
-    factor: int
-
-
-@dataclass(frozen=True, eq=False)
-class Fuse:
-    outer: Loop
-    inner: Loop
-    fused: Loop
+__all__ = ["MAX_UNROLL", "Fuse", "Loop", "Schedule", "ScheduleError", "Split", "Stage", "create_schedule"]
 
 
 class Stage:
@@ -111,8 +80,7 @@ class Stage:
         self._not_attached("split")
         if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
             raise ScheduleError(f"split {loop.name}: factor must be a positive int, got {factor!r}")
-        if loop.annotation:
-            raise ScheduleError(f"split {loop.name}: it is marked {loop.annotation}; split before annotating")
+        self._keeps(loop, "split")
         outer = Loop(self._fresh(loop.name + "o"), -(-loop.extent // factor), loop.kind)
         inner = Loop(self._fresh(loop.name + "i"), factor, loop.kind)
         at = self.leaves.index(loop)
@@ -133,18 +101,17 @@ class Stage:
             self._leaf(loop, "reorder")
         if len(set(map(id, loops))) != len(loops):
             raise ScheduleError(f"reorder {[l.name for l in loops]}: a loop is named twice")
-        slots = sorted(self.leaves.index(loop) for loop in loops)
-        for slot, loop in zip(slots, loops):
-            self.leaves[slot] = loop
-        self._check_local()
+        with self._atomic():
+            for slot, loop in zip(sorted(self.leaves.index(loop) for loop in loops), loops):
+                self.leaves[slot] = loop
+            self._check_local()
 
     def fuse(self, outer: Loop, inner: Loop) -> Loop:
         """Two adjacent loops (``outer`` just outside ``inner``) of one kind -> one loop."""
         self._not_attached("fuse")
         for loop in (outer, inner):
             self._leaf(loop, "fuse")
-            if loop.annotation:
-                raise ScheduleError(f"fuse: {loop.name} is marked {loop.annotation}; fuse before annotating")
+            self._keeps(loop, "fuse")
         at = self.leaves.index(outer)
         if at + 1 >= len(self.leaves) or self.leaves[at + 1] is not inner:
             raise ScheduleError(f"fuse {outer.name}, {inner.name}: {inner.name} must be the loop just inside "
@@ -152,8 +119,10 @@ class Stage:
         if outer.kind != inner.kind:
             raise ScheduleError(f"fuse {outer.name}, {inner.name}: a spatial and a reduction loop cannot be fused")
         fused = Loop(self._fresh(f"{outer.name}_{inner.name}"), outer.extent * inner.extent, outer.kind)
-        self.leaves[at:at + 2] = [fused]
-        self.relations.append(Fuse(outer, inner, fused))
+        with self._atomic():
+            self.leaves[at:at + 2] = [fused]
+            self.relations.append(Fuse(outer, inner, fused))
+            self._check_local()
         return fused
 
     def unroll(self, loop: Loop) -> None:
@@ -200,17 +169,9 @@ class Stage:
         self._not_attached("cache_write")
         if self.op.reduce is None:
             raise ScheduleError(f"cache_write: {self.name} has no reduction to accumulate")
-        inside = self.leaves[self.leaves.index(loop) + 1:]
-        for root in self.axis:
-            if self.coefficients(root) is None and any(l in inside for l in self.depends(root)):
-                raise ScheduleError(f"cache_write at {loop.name}: axis {root.name} is fused inside it; the local "
-                                    f"buffer needs the axes inside to be plain splits")
-        previous, self.local_at = self.local_at, loop
-        try:
+        with self._atomic():
+            self.local_at = loop
             self._check_local()
-        except ScheduleError:
-            self.local_at = previous
-            raise
 
     def compute_at(self, consumer: Stage, loop: Loop) -> None:
         """Compute this stage inside ``loop`` of ``consumer``, just the region that one iteration reads."""
@@ -277,6 +238,11 @@ class Stage:
         visit(loop)
         return [l for l in self.leaves if id(l) in found]
 
+    def tails(self) -> list[Split]:
+        """The splits whose factor does not divide: their parent loop's value can pass its extent,
+        so the generated code guards it."""
+        return [r for r in self.relations if isinstance(r, Split) and r.parent.extent % r.factor]
+
     def has_tail(self, loop: Loop) -> bool:
         """Whether a split under ``loop`` does not divide, so its value can run past its extent."""
         for rel in self.relations:
@@ -333,6 +299,16 @@ class Stage:
             raise ScheduleError(f"{what}: {loop.name} is not a loop of {self.name} now (its loops are "
                                 f"{[l.name for l in self.leaves]}); a loop that was split or fused is gone")
 
+    def _keeps(self, loop: Loop, what: str) -> None:
+        """Refuse to replace a loop that something is pinned to (an annotation, a cache_write, a stage
+        computed at it): split and fuse first, then pin."""
+        pinned = [f"it is marked {loop.annotation}"] if loop.annotation else []
+        pinned += ["the cache_write buffer is at it"] if loop is self.local_at else []
+        pinned += [f"{s.name} is computed at it" for s in self.schedule.stages.values()
+                   if s.attach and s.attach[1] is loop]
+        if pinned:
+            raise ScheduleError(f"{what} {loop.name}: {'; '.join(pinned)}; {what} before that")
+
     def _not_attached(self, what: str) -> None:
         if self.attach:
             raise ScheduleError(f"{what}: {self.name} is computed at a loop of {self.attach[0].name}; "
@@ -353,10 +329,24 @@ class Stage:
             name = f"{base}{k}"
         return name
 
+    @contextmanager
+    def _atomic(self):
+        """Undo a primitive's changes when it turns out illegal."""
+        saved = (list(self.leaves), list(self.relations), self.local_at)
+        try:
+            yield
+        except ScheduleError:
+            self.leaves, self.relations, self.local_at = saved
+            raise
+
     def _check_local(self) -> None:
         if self.local_at is None:
             return
         at = self.leaves.index(self.local_at)
+        for root in self.axis:
+            if self.coefficients(root) is None and any(l in self.leaves[at + 1:] for l in self.depends(root)):
+                raise ScheduleError(f"cache_write at {self.local_at.name}: axis {root.name} would be fused inside it; "
+                                    f"the local buffer needs the axes inside to be plain splits")
         outside = [l.name for l in self.leaves[:at + 1] if l.kind == "reduce"]
         if outside:
             raise ScheduleError(f"cache_write at {self.local_at.name}: reduction loop(s) {outside} would be outside the "
@@ -404,7 +394,6 @@ class Schedule:
 
     def lower(self) -> str:
         """The Python source of the kernel this schedule generates."""
-        from .codegen import lower
         return lower(self)
 
     def __str__(self) -> str:
