@@ -22,8 +22,9 @@ against numpy's im2col + GEMM (target: within 2×, a ratio of at least 0.5).
 
 A time is the median of 5 runs after a warm-up (one run for a schedule whose first run takes longer
 than --max-seconds: it is out of the race). The contenders of a comparison are measured in turn,
-three rounds, so that a load on the machine that comes and goes hits them alike. Every tuned kernel
-is checked against numpy first. With ``--log`` measurements are appended to a tuning log and reused.
+three rounds, the best round kept, so that a load on the machine that comes and goes hits them
+alike. Every tuned kernel is checked against numpy first. With ``--log`` measurements are appended
+to a tuning log and reused.
 """
 
 from __future__ import annotations
@@ -133,13 +134,14 @@ def check(space: Space, config: dict, reference: Callable) -> Callable:
 
 
 def compare(contenders: dict[str, Callable[[], object]], flops: int, max_seconds: float, rounds: int = 3) -> dict:
-    """GFLOP/s of each contender, measured in turn ``rounds`` times (the median round): a load that
-    comes and goes during the run slows them all alike instead of the one measured at that moment."""
+    """GFLOP/s of each contender, measured in turn ``rounds`` times, the best round kept (each round
+    a median of 5 runs): a load that comes and goes during the run slows some rounds of every
+    contender rather than all the runs of the one measured at that moment."""
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, run in contenders.items():
             times[name].append(measure(run, [], max_seconds=max_seconds))
-    return {name: gflops(flops, float(np.median(t))) for name, t in times.items()}
+    return {name: gflops(flops, min(t)) for name, t in times.items()}
 
 
 def matmul_section(n: int, trials: int, table_size: int, pool: int, log: TuningLog | None, max_seconds: float) -> None:
@@ -158,7 +160,7 @@ def matmul_section(n: int, trials: int, table_size: int, pool: int, log: TuningL
     contenders["tuned (best found)"] = lambda: tuned.run(A, B, C)
     rates = compare(contenders, space.flops, max_seconds)
     numpy, lab1 = rates["numpy (OpenBLAS)"], max(rates["Lab 1 tiled"], rates["Lab 1 parallel"])
-    print(f"\n{'':>22}  GFLOP/s  x numpy  (measured in turn, median of 3 rounds)")
+    print(f"\n{'':>22}  GFLOP/s  x numpy  (measured in turn, best of 3 rounds)")
     for name, rate in rates.items():
         print(f"{name:>22}: {rate:7.1f}  {rate / numpy:7.2f}")
     best = rates["tuned (best found)"]

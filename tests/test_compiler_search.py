@@ -304,7 +304,7 @@ def test_space_rejects_configs_off_its_knobs():
         {"tile_i": 8, "tile_j": 8, "tile_k": 8, "order": "jo io ko ki ii ji", "cache_write": False,
          "vectorize": True, "parallel": True, "unroll": False}]),
     (conv2d_space(2, 3, 5, 9, 10), [
-        {"tile_o": 2, "tile_y": 4, "tile_x": 4, "outer_order": "b oo yo xo", "reduce_order": "ry rx rc",
+        {"tile_o": 2, "tile_y": 2, "tile_x": 4, "outer_order": "b oo yo xo", "reduce_order": "ry rx rc",
          "cache_write": True, "vectorize": True, "parallel": True, "unroll": True},
         {"tile_o": 4, "tile_y": 1, "tile_x": 8, "outer_order": "oo b yo xo", "reduce_order": "rc ry rx",
          "cache_write": False, "vectorize": True, "parallel": False, "unroll": False}]),

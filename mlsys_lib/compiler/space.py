@@ -148,14 +148,15 @@ def conv2d_space(batch: int, in_channels: int, out_channels: int, height: int, w
     in_channels, kernel, kernel). Output channels, rows and columns are tiled ``tile_o × tile_y ×
     tile_x`` (the tile innermost: ``oi yi xi``), outside it the loops in one of
     :data:`CONV2D_OUTER_ORDERS` then the reduction in one of :data:`CONV2D_REDUCE_ORDERS`;
-    cache_write / vectorize / parallel / unroll of ``oi`` on or off (``tile_o`` stops at 8, as
-    ``tile_i`` does in :func:`matmul_space`). Pad the input beforehand for a "same" convolution."""
+    cache_write / vectorize / parallel / unroll of ``oi`` on or off. ``tile_o`` stops at 8 (as
+    ``tile_i`` does in :func:`matmul_space`) and ``tile_y`` at 2: some 4-row tiles of a 56-wide
+    image took LLVM 90 s to compile. Pad the input beforehand for a "same" convolution."""
     _positive("conv2d_space", batch=batch, in_channels=in_channels, out_channels=out_channels,
               height=height, width=width, kernel=kernel)
     if kernel > min(height, width):
         raise ValueError(f"conv2d_space: kernel {kernel} is larger than the image {height}×{width}")
     oh, ow = height - kernel + 1, width - kernel + 1
-    knobs = {"tile_o": tile_sizes(out_channels, 1, 8), "tile_y": tile_sizes(oh, 1, 4),
+    knobs = {"tile_o": tile_sizes(out_channels, 1, 8), "tile_y": tile_sizes(oh, 1, 2),
              "tile_x": tile_sizes(ow, 4, 64), "outer_order": list(CONV2D_OUTER_ORDERS),
              "reduce_order": list(CONV2D_REDUCE_ORDERS), **_SWITCHES}
 
