@@ -26,7 +26,6 @@ import numpy as np
 
 DTYPES = ("float32", "float64", "int32", "int64")
 REDUCERS = {"sum": 0.0, "max": -np.inf}  # combiner -> identity
-FUNCTIONS = {"exp": 1, "maximum": 2, "minimum": 2, "sqrt": 1}  # name -> number of arguments
 
 
 class Expr:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_UNROLL = 64
-ANNOTATIONS = ("parallel", "vectorize", "unroll")
 
 
 class ScheduleError(ValueError):
