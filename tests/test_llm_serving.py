@@ -271,3 +271,17 @@ def test_latency_vs_load_and_the_highest_load_under_a_bound():
     assert max_load_under(curve, "latency_p99", 2.0) == 1, "the prefix up to the first miss"
     assert max_load_under(curve, "latency_p99", 9.0) == 3
     assert max_load_under(curve, "latency_p99", 0.5) is None
+
+
+def test_paged_memory_runs_more_sequences_than_contiguous_reservations():
+    """The replay of the benchmark on 100 requests of the bundled trace, all waiting at t = 0, 16,384 slots."""
+    requests = backlog(bundled_trace(n_requests=100))
+    runs = {name: simulate(requests, LARGE, make()) for name, make in
+            (("paged", lambda: BlockAllocator(1024, 16)),
+             ("max_seq_len", lambda: ContiguousAllocator(16384, 2048)),
+             ("per request", lambda: ContiguousAllocator(16384, 2048, reserve="max_tokens")))}
+    running = {name: result.metrics().mean_running for name, result in runs.items()}
+    assert running["paged"] >= 2 * running["max_seq_len"] and running["paged"] >= 2 * running["per request"]
+    assert all(s.memory.external == 0 for s in runs["paged"].steps + runs["max_seq_len"].steps), \
+        "equal reservations (or blocks) leave no unusable gaps"
+    assert max(s.memory.external for s in runs["per request"].steps) > 0
