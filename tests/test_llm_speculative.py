@@ -136,9 +136,9 @@ def test_measured_tokens_per_call_and_speedup_match_the_formulas():
 def test_bad_inputs_raise_clear_errors():
     rng = np.random.default_rng(0)
     good = bigram_model(TARGET)
-    with pytest.raises(ValueError, match=r"target\(\(0,\)\) must sum to 1"):
+    with pytest.raises(ValueError, match=r"target\(\(0,\)\): probs must sum to 1"):
         speculative_step(PREFIX, good, lambda prefix: np.full(V, 0.2), 2, rng)
-    with pytest.raises(ValueError, match=r"draft\(\(0,\)\) must be finite and nonnegative"):
+    with pytest.raises(ValueError, match=r"draft\(\(0,\)\): probs must be finite and nonnegative"):
         speculative_step(PREFIX, lambda prefix: np.array([1.2, -0.2, 0, 0]), good, 2, rng)
     with pytest.raises(ValueError, match="must be finite"):
         speculative_step(PREFIX, good, lambda prefix: np.array([np.nan, 1, 0, 0]), 2, rng)
