@@ -84,18 +84,22 @@ class CountedModel:
             raise TypeError(f"{name} must be a function probs(prefix) -> (V,), got {type(probs).__name__}")
         self.probs, self.name, self.calls = probs, name, 0
 
-    def _next(self, prefix: tuple[int, ...]) -> np.ndarray:
-        return check_probs(self.probs(prefix), f"{self.name}({prefix})")
-
     def __call__(self, prefix: Sequence[int]) -> np.ndarray:
-        self.calls += 1
-        return self._next(_as_prefix(prefix))
+        return self._score(_as_prefix(prefix), ())[0]
 
     def score(self, prefix: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
+        return self._score(_as_prefix(prefix), _as_prefix(tokens))
+
+    def _score(self, prefix: tuple[int, ...], tokens: tuple[int, ...]) -> np.ndarray:
+        """:meth:`score` of token ids already checked (one call)."""
         self.calls += 1
-        full = _as_prefix(prefix) + _as_prefix(tokens)
-        start = len(full) - len(tokens)
-        return np.stack([self._next(full[:start + i]) for i in range(len(tokens) + 1)])
+        full, rows = prefix + tokens, []
+        for end in range(len(prefix), len(full) + 1):
+            try:
+                rows.append(check_probs(self.probs(full[:end])))
+            except ValueError as exc:
+                raise ValueError(f"{self.name}({full[:end]}): {exc}") from None
+        return np.stack(rows)
 
 
 def _as_prefix(tokens: Sequence[int]) -> tuple[int, ...]:
@@ -123,15 +127,18 @@ def speculative_step(prefix: Sequence[int], draft: CountedModel | Probs, target:
     and returns between 1 and k+1 tokens. ``k = 0`` is plain autoregressive sampling from the
     target. The draft and target must share the vocabulary.
     """
-    k = _check_k(k)
-    prefix = _as_prefix(prefix)
-    draft, target = _counted(draft, "draft"), _counted(target, "target")
+    return _step(_as_prefix(prefix), _counted(draft, "draft"), _counted(target, "target"), _check_k(k), rng)
+
+
+def _step(prefix: tuple[int, ...], draft: CountedModel, target: CountedModel, k: int,
+          rng: np.random.Generator) -> tuple[list[int], int]:
+    """:func:`speculative_step` on checked arguments."""
     drafted: list[int] = []
     q = []
     for _ in range(k):  # 1. the draft proposes k tokens
-        q.append(draft(prefix + tuple(drafted)))
+        q.append(draft._score(prefix + tuple(drafted), ())[0])
         drafted.append(sample(q[-1], rng))
-    p = target.score(prefix, drafted)  # 2. one target call scores the k+1 positions
+    p = target._score(prefix, tuple(drafted))  # 2. one target call scores the k+1 positions
     if q and q[0].size != p.shape[1]:
         raise ValueError(f"the draft and the target must share the vocabulary: sizes {q[0].size} and {p.shape[1]}")
     r = rng.random(k)
@@ -179,8 +186,7 @@ def speculative_generate(prefix: Sequence[int], draft: CountedModel | Probs, tar
     tokens: list[int] = []
     accepted: list[int] = []
     while len(tokens) < n_tokens:
-        new, n_accepted = speculative_step(context + tuple(tokens), draft, target,
-                                           min(k, n_tokens - len(tokens) - 1), rng)
+        new, n_accepted = _step(context + tuple(tokens), draft, target, min(k, n_tokens - len(tokens) - 1), rng)
         tokens += new
         accepted.append(n_accepted)
     return Generation(tokens, accepted, target.calls - calls_before[0], draft.calls - calls_before[1])
