@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlsys_lib.comm import ALGORITHMS, ProcessGroup, launch
+from mlsys_lib.comm import ALGORITHMS, CollectiveMismatchError, ProcessGroup, launch
 
 SHAPES = [(13,), (7, 3), (2,)]
 OPS = ["sum", "prod", "max", "min", "mean"]
@@ -164,11 +164,16 @@ def argument_errors(g: ProcessGroup) -> list[str]:
         lambda: g.broadcast(None, root=g.rank),
         lambda: g.scatter([x] * (g.world_size + 1), root=g.rank),
     ]
+    return errors_of(calls)
+
+
+def errors_of(calls: list) -> list[str]:
+    """Each call's exception type and message, or "no error"."""
     seen = []
     for call in calls:
         try:
             call()
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, CollectiveMismatchError) as exc:
             seen.append(f"{type(exc).__name__}: {exc}")
         else:
             seen.append("no error")

@@ -1,8 +1,8 @@
 """The α-β-γ model: the lecture's closed forms, and the sim backend's traced clock and byte counts.
 
 α, β, γ are binary fractions and n is divisible by p, so the traced times are compared exactly.
-The closed forms hold for every p for the ring and naive algorithms and the tree broadcast; the tree
-scatter, gather and reduce (and what is built on them) assume p is a power of two.
+The closed forms hold for every p for the ring, naive and pairwise algorithms and the tree
+broadcast; the tree scatter, gather and reduce (and what is built on them) assume p is a power of two.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def _run(g: ProcessGroup, op: str, algorithm: str, n_elems: int) -> None:
         g.gather(x[: n_elems // p], root, algorithm)
     elif op == "all_gather":
         g.all_gather(x[: n_elems // p], algorithm)
+    elif op == "all_to_all":
+        g.all_to_all(np.split(x, p), algorithm)
     else:
         getattr(g, op)(x, "sum", algorithm)
 

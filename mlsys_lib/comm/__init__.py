@@ -7,10 +7,12 @@
 * :class:`ProcessGroup` (``group``): ``rank``, ``world_size``; ``send``/``recv``/``isend``/``irecv``
   (:class:`Request` ``.wait()``), ``barrier``; ``broadcast``, ``reduce``, ``scatter``, ``gather``,
   ``all_gather``, ``reduce_scatter``, ``all_reduce`` with ``algorithm`` "ring", "tree" or "naive"
-  (``ALGORITHMS``) and ops "sum", "prod", "max", "min", "mean"; ``clock``, ``bytes_sent``,
+  (``ALGORITHMS``) and ops "sum", "prod", "max", "min", "mean"; ``all_to_all(chunks)`` (chunk j to
+  rank j, any sizes per pair) with "pairwise" or "ring"; ``clock``, ``bytes_sent``,
   ``bytes_received``, ``reset_trace``, ``reduce_local`` (the α-β-γ trace).
-* The algorithms (``ring``, ``tree``, ``naive``) are written once on top of ``isend``/``recv``; a
-  backend only moves arrays between ranks (``sim``: processes, pipes and shared memory; ``mpi``: mpi4py).
+* The algorithms (``ring``, ``tree``, ``naive``, ``pairwise``) are written once on top of
+  ``isend``/``recv``; a backend only moves arrays between ranks (``sim``: processes, pipes and
+  shared memory; ``mpi``: mpi4py).
 * ``CostModel(alpha, beta, gamma)`` and ``closed_form(op, algorithm, n, p, alpha, beta, gamma)``: the
   lecture's formulas, which the sim clock reproduces exactly (see ``cost`` for when).
 * ``mpi_group()``: the group of a script started with ``mpiexec -n 4 python script.py``.

@@ -1,9 +1,9 @@
-"""The seven collectives on numpy arrays: checks, agreement between ranks, then one algorithm.
+"""The eight collectives on numpy arrays: checks, agreement between ranks, then one algorithm.
 
 Each function turns the user's arrays into a flat working buffer cut into p blocks (``blocks``),
 checks that every rank called the same collective with matching arguments (an untraced all-gather of
 small descriptions; a mismatch raises :class:`CollectiveMismatchError` on every rank), and runs the
-chosen algorithm (``ring``, ``tree`` or ``naive``) in place. ``ALGORITHMS`` lists which algorithm
+chosen algorithm (``ring``, ``tree``, ``naive`` or ``pairwise``) in place. ``ALGORITHMS`` lists which algorithm
 implements which collective; the first one listed is the default.
 """
 
@@ -18,13 +18,14 @@ from .blocks import as_array, block, bounds_from_sizes, even_bounds, split_sizes
 from .errors import CollectiveMismatchError
 from .naive import Naive
 from .ops import check_op
+from .pairwise import Pairwise
 from .ring import Ring
 from .tree import Tree
 
 if TYPE_CHECKING:
     from .group import ProcessGroup
 
-_IMPLEMENTATIONS: dict[str, object] = {"ring": Ring(), "tree": Tree(), "naive": Naive()}
+_IMPLEMENTATIONS: dict[str, object] = {"ring": Ring(), "tree": Tree(), "naive": Naive(), "pairwise": Pairwise()}
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "broadcast": ("tree", "ring", "naive"),
     "reduce": ("tree", "ring", "naive"),
@@ -33,6 +34,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "all_gather": ("ring", "tree", "naive"),
     "reduce_scatter": ("ring", "tree", "naive"),
     "all_reduce": ("ring", "tree", "naive"),
+    "all_to_all": ("pairwise", "ring"),
 }
 
 
@@ -207,3 +209,31 @@ def all_gather(g: ProcessGroup, x: Any, algorithm: str = "ring") -> np.ndarray:
     buf, bounds, shape = _gather_input(g, "all_gather", x, algorithm, None)
     run(g, buf, bounds)
     return buf.reshape(shape)
+
+
+def all_to_all(g: ProcessGroup, chunks: Any, algorithm: str = "pairwise") -> list[np.ndarray]:
+    """Chunk j of this rank goes to rank j; returns the p chunks received (index i: from rank i).
+
+    ``chunks``: a list of p arrays of one dtype (the same on every rank) and any shapes, so the
+    sizes may differ for every pair of ranks (the ranks learn them in the untraced agreement step).
+    """
+    run = _algorithm("all_to_all", algorithm)
+    p, r = g.world_size, g.rank
+    if not isinstance(chunks, (list, tuple)):
+        raise TypeError(f"all_to_all: chunks must be a list of {p} arrays (chunk j goes to rank j), "
+                        f"got {type(chunks).__name__}")
+    if len(chunks) != p:
+        raise ValueError(f"all_to_all: pass {p} chunks (one per rank, chunk j goes to rank j), got {len(chunks)}")
+    chunks = [as_array(c, "each chunk") for c in chunks]
+    if len({c.dtype for c in chunks}) > 1:
+        raise TypeError(f"all_to_all: the chunks must share a dtype, got {[str(c.dtype) for c in chunks]}")
+    metas = _agree(g, "all_to_all", algorithm, None, None, (str(chunks[0].dtype), [c.shape for c in chunks]))
+    _require_same("all_to_all", "dtype", [m[0] for m in metas])
+    incoming = [metas[src][1][r] for src in range(p)]
+    send_bounds = bounds_from_sizes([c.size for c in chunks])
+    recv_bounds = bounds_from_sizes([int(np.prod(s)) for s in incoming])
+    send = np.concatenate([c.reshape(-1) for c in chunks])
+    recv = np.empty(recv_bounds[-1], send.dtype)
+    block(recv, recv_bounds, r)[:] = block(send, send_bounds, r)
+    run(g, send, send_bounds, recv, recv_bounds)
+    return [block(recv, recv_bounds, src).reshape(shape) for src, shape in enumerate(incoming)]

@@ -7,7 +7,8 @@ duplex", as in Chan et al., *Collective communication: theory, practice, and exp
 
 In :func:`closed_form`, ``n`` is the size in bytes of the *whole* vector: the input of broadcast,
 reduce, all_reduce and reduce_scatter; the root's data of scatter; the result of gather and
-all_gather. With ``L = ⌈log2 p⌉`` (the lecture writes log p):
+all_gather; the p chunks one rank passes to all_to_all (its own included). With ``L = ⌈log2 p⌉``
+(the lecture writes log p):
 
 ==============  ===================  ===============  ==================================
 collective      naive (via root)     tree (binomial)  ring (bandwidth optimal)
@@ -21,10 +22,16 @@ reduce_scatter  reduce + scatter     same as naive    (p−1)α + (p−1)/p·n(�
 all_reduce      reduce + broadcast   same as naive    2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ
 ==============  ===================  ===============  ==================================
 
+all_to_all has its own two algorithms (p equal chunks of n/p bytes on every rank):
+
+* "pairwise" (round s: send to r+s, receive from r−s): (p−1)(α + (n/p)β), each chunk sent once;
+* "ring" (store and forward along r → r+1, step s carries p−s chunks):
+  (p−1)α + (n/p)β·p(p−1)/2 = (p−1)α + (p−1)/2·nβ.
+
 ("same as naive": the same composition through rank 0, of the tree's primitives.) Conditions: n
 divisible by p (equal blocks); for the tree's scatter, gather and reduce, and what is built on them,
 p a power of two (otherwise the binomial tree is unbalanced and the traced time can be lower). The
-ring, naive and tree-broadcast formulas hold for every p.
+ring, naive, pairwise and tree-broadcast formulas hold for every p.
 """
 
 from __future__ import annotations
@@ -73,8 +80,9 @@ def closed_form(op: str, algorithm: str, n: float, p: int, alpha: float, beta: f
                 gamma: float = 0.0) -> float:
     """Time in seconds of collective ``op`` with ``algorithm`` on ``p`` ranks and ``n`` bytes.
 
-    ``op``: broadcast, reduce, scatter, gather, all_gather, reduce_scatter, all_reduce;
-    ``algorithm``: "naive", "tree" or "ring" (see the module's table and its conditions).
+    ``op``: broadcast, reduce, scatter, gather, all_gather, reduce_scatter, all_reduce,
+    all_to_all; ``algorithm``: "naive", "tree" or "ring", and "pairwise" or "ring" for all_to_all
+    (see the module's table and its conditions).
     """
     if op not in ALGORITHMS:
         raise ValueError(f"unknown collective {op!r}: expected one of {', '.join(ALGORITHMS)}")
@@ -87,6 +95,11 @@ def closed_form(op: str, algorithm: str, n: float, p: int, alpha: float, beta: f
     a, b, g = alpha, beta, gamma
     if p == 1:
         return 0.0
+    if op == "all_to_all":
+        chunk = n / p
+        if algorithm == "pairwise":
+            return (p - 1) * (a + chunk * b)
+        return (p - 1) * a + chunk * b * p * (p - 1) / 2  # ring: step s sends p−s chunks
     if algorithm == "ring":
         if op == "all_gather":
             return (p - 1) * a + (p - 1) / p * n * b

@@ -117,7 +117,7 @@ class ProcessGroup:
     ``rank`` in ``0..world_size-1``. Point-to-point: :meth:`send`, :meth:`recv`, :meth:`isend`,
     :meth:`irecv`, :meth:`barrier`. Collectives (every rank calls them in the same order):
     :meth:`broadcast`, :meth:`reduce`, :meth:`scatter`, :meth:`gather`, :meth:`all_gather`,
-    :meth:`reduce_scatter`, :meth:`all_reduce`. Tracing: :attr:`clock`, :attr:`bytes_sent`,
+    :meth:`reduce_scatter`, :meth:`all_reduce`, :meth:`all_to_all`. Tracing: :attr:`clock`, :attr:`bytes_sent`,
     :attr:`bytes_received`, :meth:`reset_trace`, :meth:`reduce_local`.
     """
 
@@ -333,3 +333,11 @@ class ProcessGroup:
     def all_reduce(self, x: np.ndarray, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
         """``op`` over the ranks' ``x`` (same shape and dtype everywhere), on every rank."""
         return collectives.all_reduce(self._collective_group, x, op, algorithm)
+
+    def all_to_all(self, chunks: Sequence[np.ndarray], algorithm: str = "pairwise") -> list[np.ndarray]:
+        """Send ``chunks[j]`` to rank j; return the list received, item i from rank i.
+
+        ``chunks``: p arrays of one dtype (every rank the same dtype), of any shapes: the sizes may
+        differ for every pair of ranks (MoE dispatch). ``algorithm``: "pairwise" or "ring".
+        """
+        return collectives.all_to_all(self._collective_group, chunks, algorithm)

@@ -8,6 +8,11 @@ Rank r sends to r+1 and receives from r−1 (mod p); the buffer is cut into p bl
 * all_reduce = reduce_scatter + all_gather: 2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ; each rank sends
   and receives 2(p−1)/p·n bytes, independent of p for large p.
 * broadcast = scatter (tree) + all_gather; reduce = reduce_scatter + gather (tree).
+* all_to_all, store and forward: p−1 steps; at step s rank r passes to r+1 the chunks that rank
+  r−s+1 started with and that have not arrived yet (p−s of them, nearest destination first); r+1
+  keeps the first and forwards the rest. With p equal chunks of n/p bytes per rank:
+  (p−1)α + (n/p)β·p(p−1)/2: as many messages as pairwise, but the chunk from i to j crosses
+  (j−i) mod p links, so each rank sends (p−1)/2·n bytes instead of (p−1)/p·n.
 """
 
 from __future__ import annotations
@@ -48,6 +53,21 @@ class Ring:
     def all_reduce(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
         self.reduce_scatter(g, buf, bounds, op)
         self.all_gather(g, buf, bounds)
+
+    def all_to_all(self, g: ProcessGroup, send: np.ndarray, send_bounds: Sequence[int],
+                   recv: np.ndarray, recv_bounds: Sequence[int]) -> None:
+        """Copy block j of rank i's ``send`` into block i of rank j's ``recv``, for every i ≠ j."""
+        p, r = g.world_size, g.rank
+        own = send_bounds[r + 1] - send_bounds[r]
+        # the chunks for r+1, r+2, ..., r+p−1, nearest first (block r, this rank's own, rolled to the end)
+        travelling = np.roll(send, -send_bounds[(r + 1) % p])[:send.size - own]
+        for s in range(1, p):
+            sending = g.isend(travelling, (r + 1) % p)
+            arrived = g.recv((r - 1) % p)  # what rank r−s started with, first chunk for this rank
+            sending.wait()
+            mine = block(recv, recv_bounds, (r - s) % p)
+            mine[:] = arrived[:mine.size]
+            travelling = arrived[mine.size:]
 
     def broadcast(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         _TREE.scatter(g, buf, bounds, root)
