@@ -22,6 +22,8 @@ FIGURES = {
     "lec07_collectives": ["lec07_alpha_beta.png", "lec07_bandwidth.png", "lec07_bytes.png"],
     "lec08_parallelism": ["lec08_schedules.png", "lec08_bubble.png", "lec08_memory.png", "lec08_tradeoff.png"],
     "lec09_compiler": ["lec09_schedules.png", "lec09_search.png", "lec09_cost_model.png", "lec09_bucketing.png"],
+    "lec10_llm": ["lec10_flops.png", "lec10_intensity.png", "lec10_kv_cache.png", "lec10_fragmentation.png",
+                  "lec10_serving.png", "lec10_speculative.png"],
 }
 
 #: The claims each lecture's timing figures state with mlsys_lib.viz.claim (their ratio is printed; at
@@ -33,6 +35,7 @@ CLAIMS = {
     "lec09_compiler": {"the scheduled kernel is faster than the naive one",
                        "the tiled kernel with local accumulators is faster than the reordered one",
                        "model-guided search reaches 95% of the best in fewer trials than random search"},
+    "lec10_llm": {"continuous batching sustains more throughput than static batching at equal p99 latency"},
 }
 
 
