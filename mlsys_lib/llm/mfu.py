@@ -1,6 +1,6 @@
 """Model and hardware FLOPs utilization of a measured training step on this machine.
 
-    MFU = model FLOPs / step time / peak FLOP/s      model FLOPs: what the step must compute (training_flops)
+    MFU = model FLOPs / step time / peak FLOP/s      model FLOPs: what the step must compute (no recomputation)
     HFU = hardware FLOPs / step time / peak FLOP/s   hardware FLOPs: what it did compute, recomputation included
 
 Without recomputation the two are equal. With activation checkpointing (Lab 4's
@@ -24,7 +24,6 @@ from ..autodiff.nn import Module
 from ..memory.checkpoint import checkpointed_gradients
 from ..tensor.roofline import time_best
 from .count import count_flops
-from .flops import training_flops
 from .model import ModelConfig, as_tensors, block, embed, forward, head, init_params, next_token_loss
 from .train import blas_threads
 
@@ -51,8 +50,9 @@ def measure_peak_flops(sizes: tuple[int, ...] = (256, 512, 1024), repeats: int =
 class StepMeasurement:
     """One training step (forward + backward, no optimizer update) measured.
 
-    seconds: the best wall time of the step; model_flops: :func:`~.flops.training_flops` ``.total``;
-    hardware_flops: the matmul FLOPs the step executed (recomputation included); checkpoint_every:
+    seconds: the best wall time of the step; model_flops: the matmul FLOPs a step without recomputation
+    executes (counted; :func:`~.flops.training_flops` in closed form); hardware_flops: the matmul FLOPs the
+    measured step executed (recomputation included); checkpoint_every:
     the segment length in layers when checkpointed (None: not checkpointed).
     """
 
@@ -99,30 +99,33 @@ def measure_training_step(config: ModelConfig, batch: int, seq: int, checkpoint:
     """Time forward + backward of the loss on random tokens (batch, seq) and count the FLOPs it executes.
 
     checkpoint: recompute activations with Lab 4's ``checkpointed_gradients`` in segments of
-    :func:`checkpoint_interval` layers, instead of keeping them. The step runs once counted (also
-    the warm-up), then ``repeats`` times timed, uncounted, with ``threads`` BLAS threads.
+    :func:`checkpoint_interval` layers, instead of keeping them. A plain step runs once counted (the model
+    FLOPs), the measured step once counted (the hardware FLOPs; also the warm-up), then ``repeats`` times
+    timed, uncounted, with ``threads`` BLAS threads.
     """
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, config.vocab_size, (batch, seq))
     targets = rng.integers(0, config.vocab_size, (batch, seq))
     params = as_tensors(init_params(config, seed))
     every = checkpoint_interval(config) if checkpoint else None
-    if checkpoint:
-        layers = model_layers(params, config)
 
-        def step():
-            checkpointed_gradients(layers, tokens.astype(np.float32), lambda logits: next_token_loss(logits, targets),
-                                   every)
-    else:
-        def step():
-            for p in params.values():
-                p.grad = None
-            next_token_loss(forward(params, config, tokens), targets).backward()
+    def plain_step():
+        for p in params.values():
+            p.grad = None
+        next_token_loss(forward(params, config, tokens), targets).backward()
+
+    def checkpointed_step():
+        checkpointed_gradients(layers, tokens.astype(np.float32), lambda logits: next_token_loss(logits, targets), every)
+
+    layers = model_layers(params, config) if checkpoint else None
+    step = checkpointed_step if checkpoint else plain_step
     with blas_threads(threads):
-        with count_flops() as counter:
+        with count_flops() as model:
+            plain_step()
+        with count_flops() as hardware:
             step()
         seconds = time_best(step, repeats)
-    return StepMeasurement(seconds, training_flops(config, batch, seq).total, counter.total, every)
+    return StepMeasurement(seconds, model.total, hardware.total, every)
 
 
 def _utilization(flops: float, seconds: float, peak: float) -> float:
