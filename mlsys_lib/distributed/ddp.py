@@ -41,7 +41,7 @@ k·2(p−1)α term dominates (α-bound), one bucket and nothing overlaps (F + B 
 from __future__ import annotations
 
 import contextlib
-import math
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -142,15 +142,6 @@ class _Readiness:
         return list(range(start, self.next))
 
 
-def _layer_param_indices(layers: Sequence[Sequence[int]]) -> list[list[int]]:
-    """Global parameter indices (model order) of each layer, given each layer's parameter count or sizes."""
-    indices, start = [], 0
-    for sizes in layers:
-        indices.append(list(range(start, start + len(sizes))))
-        start += len(sizes)
-    return indices
-
-
 def simulate_step(layers: Sequence[LayerCost], bucket_bytes: int | None, world_size: int,
                   cost: CostModel | None = None, algorithm: str = "ring", rank: int = 0) -> Timeline:
     """The lane-clock timeline of one DDP step (forward, backward with bucketed all-reduces), without data.
@@ -164,9 +155,10 @@ def simulate_step(layers: Sequence[LayerCost], bucket_bytes: int | None, world_s
     clock, readiness = LaneClock(rank, world_size, cost or CostModel(), algorithm), _Readiness(buckets)
     for layer in layers:
         clock.compute(f"F {layer.name}", layer.forward_s)
-    for layer, indices in reversed(list(zip(layers, _layer_param_indices([la.param_bytes for la in layers])))):
+    first = [0, *itertools.accumulate(len(layer.param_bytes) for layer in layers)]  # each layer's first parameter
+    for layer, start in reversed(list(zip(layers, first))):
         clock.compute(f"B {layer.name}", layer.backward_s)
-        for i in reversed(indices):
+        for i in reversed(range(start, start + len(layer.param_bytes))):
             for b in readiness.ready(i):
                 clock.all_reduce(f"bucket {b}", sum(sizes[j] for j in buckets[b]))
     return clock.timeline
