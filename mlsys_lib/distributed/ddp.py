@@ -8,8 +8,9 @@ parameter bigger than ``bucket_bytes`` gets a bucket of its own (:func:`assign_b
 **Data path.** :class:`DistributedDataParallel` runs forward layer by layer and backward layer by
 layer in reverse (each layer's input is a detached leaf, so the gradients are those of one
 ``loss.backward()``). As soon as a layer's backward has finished, its parameters' gradients are
-ready; when every gradient of a bucket is ready, the bucket is flattened and all-reduced (op
-"mean") through the group's collective at once, before the next layer's backward runs. The
+ready (last parameter first); when every gradient of a bucket is ready, and every bucket before it
+has been issued (buckets go out in order, as in PyTorch), the bucket is flattened and all-reduced
+(op "mean") through the group's collective at once, before the next layer's backward runs. The
 library's collectives are blocking, so the data of a bucket really moves *during* backward, in the
 order PyTorch issues its all-reduces, but it is done by the time the call returns; the optimizer
 step that follows sees every bucket reduced. Inside :meth:`~DistributedDataParallel.no_sync`
