@@ -18,14 +18,15 @@ import argparse
 import numpy as np
 
 from mlsys_lib.comm import ProcessGroup, launch
-from mlsys_lib.distributed.zero import STAGES, ZeroResult, zero_train
+from mlsys_lib.distributed.zero import ZeroResult, zero_train
+from mlsys_lib.memory.accounting import ZERO_STAGES
 
 
 def every_stage(g: ProcessGroup, sizes: list[int], steps: int) -> list[ZeroResult]:
     rng = np.random.default_rng(1)
     X = rng.standard_normal((64, sizes[0])).astype(np.float32)
     y = rng.integers(0, sizes[-1], 64)
-    return [zero_train(g, sizes, X, y, steps, stage, prefetch=True) for stage in STAGES]
+    return [zero_train(g, sizes, X, y, steps, stage, prefetch=True) for stage in ZERO_STAGES]
 
 
 def report(p: int, results: list[ZeroResult]) -> None:

@@ -17,7 +17,8 @@ import pytest
 from mlsys_lib.autodiff import Tensor, cross_entropy, nn, optim
 from mlsys_lib.comm import ProcessGroup, launch
 from mlsys_lib.comm.mpi import find_mpiexec
-from mlsys_lib.distributed.zero import STAGES, ZeroResult, zero_train
+from mlsys_lib.distributed.zero import ZeroResult, zero_train
+from mlsys_lib.memory.accounting import ZERO_STAGES
 
 SIZES = [5, 7, 6, 3]  # layers of 42, 48 and 21 parameters: 111 in all, a multiple of neither 2 nor 4
 LAYER_PARAMS = [42, 48, 21]
@@ -31,7 +32,7 @@ def blobs(sizes: list[int], batch: int = 24, seed: int = 1) -> tuple[np.ndarray,
 
 def every_stage(g: ProcessGroup, sizes: list[int], steps: int, prefetch: bool) -> list[ZeroResult]:
     X, y = blobs(sizes)
-    return [zero_train(g, sizes, X, y, steps, stage, lr=LR, prefetch=prefetch) for stage in STAGES]
+    return [zero_train(g, sizes, X, y, steps, stage, lr=LR, prefetch=prefetch) for stage in ZERO_STAGES]
 
 
 def single_process_adam(sizes: list[int], steps: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[float]]:
@@ -78,7 +79,7 @@ def test_one_rank_every_stage_is_single_process_adam_bit_for_bit(runs):
 def test_every_stage_on_every_rank_equals_plain_data_parallelism_bit_for_bit(runs, p):
     plain = runs[p][0][0]
     for rank in range(p):
-        for stage in STAGES:
+        for stage in ZERO_STAGES:
             assert_same_parameters(runs[p][rank][stage], plain)
 
 

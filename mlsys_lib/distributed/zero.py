@@ -46,9 +46,8 @@ import numpy as np
 
 from mlsys_lib.autodiff import Tensor, cross_entropy, linear, nn, no_grad, optim, relu
 from mlsys_lib.comm import ProcessGroup
-from mlsys_lib.memory.accounting import TrainingMemory, training_memory
+from mlsys_lib.memory.accounting import ZERO_STAGES, TrainingMemory, training_memory
 
-STAGES = (0, 1, 2, 3)
 MODEL_STATES = ("parameters", "gradients", "optimizer_states")
 
 
@@ -73,7 +72,7 @@ class MemoryTracker:
 
 def check_stage(stage: object) -> int:
     """``stage`` if it is a ZeRO stage 0..3, else ValueError."""
-    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or stage not in STAGES:
+    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or stage not in ZERO_STAGES:
         raise ValueError(f"ZeRO stage must be 0 (plain data parallelism), 1, 2 or 3, got {stage!r}")
     return int(stage)  # type: ignore[call-overload]
 
