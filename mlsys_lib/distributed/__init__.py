@@ -1,0 +1,22 @@
+"""Data-parallel training beyond one all-reduce (Lab 11, in progress): overlap and sharding.
+
+* **DDP** (:mod:`.ddp`, :mod:`.timeline`): :class:`DistributedDataParallel` packs gradients into buckets in
+  reverse layer order (PyTorch's rule) and all-reduces each as soon as its gradients are ready during
+  backward; ``no_sync()`` accumulates without communicating. The overlap of compute and communication is
+  modelled on a deterministic lane clock (:class:`LaneClock`, :func:`simulate_step`, a :class:`Timeline`
+  that :func:`plot_overlap` draws; :func:`modelled_step_time` is the closed form).
+* **ZeRO** (:mod:`.zero`): :func:`zero_train` runs stages 0-3 on a ``comm`` group: Adam's states, then the
+  gradients, then the parameters sharded per layer; bytes held tracked by :class:`MemoryTracker` and
+  compared with Lab 4's calculator; bytes sent per step from the group's trace.
+"""
+
+from .ddp import (DistributedDataParallel, LaneClock, LayerCost, all_reduce_gradients, assign_buckets, layer_costs,
+                  modelled_step_time, simulate_step, step_time_vs_bucket_size)
+from .timeline import Interval, Timeline, plot_overlap
+from .zero import MemoryTracker, ZeroResult, calculator_memory, check_stage, zero_train
+
+__all__ = [
+    "DistributedDataParallel", "all_reduce_gradients", "assign_buckets", "LayerCost", "layer_costs", "LaneClock",
+    "simulate_step", "step_time_vs_bucket_size", "modelled_step_time", "Interval", "Timeline", "plot_overlap",
+    "zero_train", "ZeroResult", "MemoryTracker", "calculator_memory", "check_stage",
+]
