@@ -200,8 +200,8 @@ def schedule(config: PSConfig, num_params: int) -> Schedule:
                 records.append(Staleness(i, clocks[i], clocks[i] - server_clock, pushes - pushes_then))
                 clocks[i] += 1
                 pushes += 1
-                at(now, "ready", i)
-                for w in sorted(waiting):  # the server clock may have advanced: let them try again
+                waiting.append(i)
+                for w in sorted(waiting):  # the server clock may have advanced: all try again, in worker order
                     at(now, "ready", w)
                 waiting.clear()
     return Schedule(events, records)
