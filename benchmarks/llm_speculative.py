@@ -20,17 +20,10 @@ import argparse
 import numpy as np
 
 from mlsys_lib.llm.speculative import (CountedModel, acceptance_rate, bigram_model, expected_speedup,
-                                       expected_tokens_per_call, speculative_generate)
+                                       expected_tokens_per_call, pair_with_acceptance, speculative_generate)
 
 VOCAB = 8
 KS = (0, 1, 2, 3, 4, 6, 8)
-
-
-def pair_with_acceptance(alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """(p, q) on VOCAB tokens with Σ min(p, q) = alpha (alpha >= 1/VOCAB)."""
-    p = np.full(VOCAB, 1 / VOCAB)
-    w = (1 - alpha) * VOCAB / (VOCAB - 1)
-    return p, (1 - w) * p + w * np.eye(VOCAB)[0]
 
 
 def bigram_pair(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     worst = 0.0
     for alpha in (0.5, 0.7, 0.9):
-        p, q = pair_with_acceptance(alpha)
+        p, q = pair_with_acceptance(alpha, VOCAB)
         assert abs(acceptance_rate(p, q) - alpha) < 1e-12
         worst = max(worst, sweep("context-free", lambda prefix, q=q: q, lambda prefix, p=p: p,
                                  alpha, args.tokens, args.length, args.c))

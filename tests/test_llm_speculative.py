@@ -14,8 +14,8 @@ from scipy.stats import chisquare
 
 from mlsys_lib.llm import speculative
 from mlsys_lib.llm.speculative import (CountedModel, acceptance_rate, bigram_model, expected_speedup,
-                                       expected_tokens_per_call, residual_distribution, speculative_generate,
-                                       speculative_step)
+                                       expected_tokens_per_call, pair_with_acceptance, residual_distribution,
+                                       speculative_generate, speculative_step)
 
 V = 4
 TARGET = np.random.default_rng(1).dirichlet(np.full(V, 3.0), size=V)  # bigram tables, rows = last token
@@ -156,3 +156,15 @@ def test_bad_inputs_raise_clear_errors():
         bigram_model(np.ones((2, 3)) / 3)
     with pytest.raises(ValueError, match="one shape"):
         acceptance_rate(np.ones(3) / 3, np.ones(4) / 4)
+
+
+@pytest.mark.parametrize("alpha, vocab", [(0.5, 8), (0.9, 4), (1.0, 3), (0.25, 4)])
+def test_pair_with_acceptance_has_that_acceptance_rate(alpha, vocab):
+    p, q = pair_with_acceptance(alpha, vocab)
+    assert p.sum() == pytest.approx(1) and q.sum() == pytest.approx(1) and q.min() >= 0
+    assert sum(min(a, b) for a, b in zip(p, q)) == pytest.approx(alpha, abs=1e-12)
+
+
+def test_pair_with_acceptance_refuses_a_rate_below_one_token():
+    with pytest.raises(ValueError, match="alpha >= 1/vocab"):
+        pair_with_acceptance(0.1, 4)

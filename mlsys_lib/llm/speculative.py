@@ -228,6 +228,20 @@ def expected_speedup(alpha: float, k: int, c: float) -> float:
     return expected_tokens_per_call(alpha, k) / (k * c + 1)
 
 
+def pair_with_acceptance(alpha: float, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """A target p and a draft q (each (vocab,)) with acceptance rate Σ min(p, q) = ``alpha`` exactly.
+
+    p is uniform; q moves a share of p's mass onto token 0, which it over-proposes. Needs
+    1/vocab <= alpha <= 1 (q cannot agree with a uniform p on less than token 0's 1/vocab).
+    """
+    alpha = _check_alpha(alpha)
+    if not isinstance(vocab, (int, np.integer)) or vocab < 2 or alpha < 1 / vocab:
+        raise ValueError(f"need an int vocab >= 2 and alpha >= 1/vocab, got vocab {vocab!r}, alpha {alpha}")
+    p = np.full(vocab, 1 / vocab)
+    w = (1 - alpha) * vocab / (vocab - 1)
+    return p, (1 - w) * p + w * np.eye(vocab)[0]
+
+
 def bigram_model(table: np.ndarray) -> Probs:
     """A model whose next-token probabilities depend only on the last token: ``table[prefix[-1]]``.
 
