@@ -39,6 +39,7 @@ from .ops import check_op, combine
 
 MAX_TAG = 16383
 COLLECTIVE_CHANNEL = 1  # the collectives' messages never match a user's send/recv (channel 0)
+LANE_CHANNEL = 2  # nor do the non-blocking collectives' (see ``lane``)
 PROTOCOLS = ("eager", "rendezvous")  # when a send completes: at once, or once its receive is posted
 
 Header = tuple[str, tuple[int, ...], float]  # (dtype.str, shape, send time in clock seconds)
@@ -51,6 +52,14 @@ class Incoming(Protocol):
 
     def read_into(self, out: np.ndarray) -> None:
         """Copy the payload into ``out`` (C-contiguous, the header's dtype and size)."""
+
+
+class Completion:
+    """A transport operation in flight: ``wait()`` blocks until it is done and returns its result;
+    ``test()`` says, without blocking, whether ``wait()`` would return at once."""
+
+    def __init__(self, wait: Callable[[], Any], test: Callable[[], bool]) -> None:
+        self.wait, self.test = wait, test
 
 
 class Transport(Protocol):
@@ -66,12 +75,14 @@ class Transport(Protocol):
     protocol: str
 
     def start_send(self, payload: np.ndarray, dst: int, key: tuple[int, int],
-                   header: Header) -> Callable[[], None]:
-        """Start sending the C-contiguous ``payload``; the returned function waits until it is sent
-        (under "rendezvous": until ``dst`` has started the receive that matches it)."""
+                   header: Header) -> Completion:
+        """Start sending the C-contiguous ``payload``; its ``wait()`` returns once it is sent
+        (under "rendezvous": once ``dst`` has started the receive that matches it)."""
 
-    def start_recv(self, src: int, key: tuple[int, int]) -> Callable[[], Incoming]:
-        """Start receiving the next message from ``src`` on ``key``; the function waits for it."""
+    def start_recv(self, src: int, key: tuple[int, int]) -> Completion:
+        """Start receiving the next message from ``src`` on ``key``; its ``wait()`` returns the
+        :class:`Incoming`. ``test()`` may be exact only while this is the one receive in progress
+        from ``src`` on ``key`` (the non-blocking collectives have at most one)."""
 
     def exchange(self, obj: Any) -> list[Any]:
         """All-gather one small picklable object per rank (list indexed by rank); not traced."""
@@ -97,11 +108,16 @@ class Trace:
 
 
 class Request:
-    """A non-blocking send or receive; :meth:`wait` finishes it (and returns the received array)."""
+    """A non-blocking send, receive or collective; :meth:`wait` finishes it (and returns the received array)."""
 
-    def __init__(self, finish: Callable[[], np.ndarray | None]) -> None:
+    def __init__(self, finish: Callable[[], np.ndarray | None], ready: Callable[[], bool]) -> None:
         self._finish: Callable[[], np.ndarray | None] | None = finish
+        self._ready = ready
         self._result: np.ndarray | None = None
+
+    def test(self) -> bool:
+        """True when :meth:`wait` would return without blocking (it does not finish the request)."""
+        return self._finish is None or self._ready()
 
     def wait(self) -> np.ndarray | None:
         """Block until done; a receive returns its array, a send None. Calling it again is free."""
@@ -200,7 +216,8 @@ class ProcessGroup:
             raise ValueError(f"tag must be an int in 0..{MAX_TAG}, got {tag!r}")
         return (self._channel, int(tag))
 
-    def _request(self, finish: Callable[[], np.ndarray | None], description: str) -> Request:
+    def _request(self, finish: Callable[[], np.ndarray | None], description: str,
+                 ready: Callable[[], bool]) -> Request:
         """A Request for ``finish``, listed as unfinished (``description``) until it is waited on."""
         pending, key = self._pending, next(self._request_ids)
         pending[key] = description
@@ -208,7 +225,7 @@ class ProcessGroup:
         def tracked() -> np.ndarray | None:
             pending.pop(key, None)
             return finish()
-        return Request(tracked)
+        return Request(tracked, ready)
 
     def _where(self, tag: int) -> str:
         return f"tag {tag}" + (", inside a collective" if self._channel == COLLECTIVE_CHANNEL else "")
@@ -244,12 +261,13 @@ class ProcessGroup:
         done = start + self.cost.message(payload.nbytes)
         trace.send_free = done
         trace.bytes_sent += payload.nbytes
-        wait_sent = self._transport.start_send(payload, int(dst), key, (payload.dtype.str, payload.shape, start))
+        sending = self._transport.start_send(payload, int(dst), key, (payload.dtype.str, payload.shape, start))
 
         def finish() -> None:
-            wait_sent()
+            sending.wait()
             trace.clock = max(trace.clock, done)
-        return self._request(finish, f"isend to rank {dst} ({self._where(tag)}, {payload.nbytes} bytes)")
+        return self._request(finish, f"isend to rank {dst} ({self._where(tag)}, {payload.nbytes} bytes)",
+                             sending.test)
 
     def send(self, x: np.ndarray, dst: int, tag: int = 0) -> None:
         """Send array ``x`` to rank ``dst`` (``isend(x, dst, tag).wait()``).
@@ -269,11 +287,11 @@ class ProcessGroup:
         key = self._key(tag)
         if out is not None and not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
             raise ValueError("out must be a C-contiguous, writable numpy array")
-        wait_arrived = self._transport.start_recv(int(src), key)
+        receiving = self._transport.start_recv(int(src), key)
         trace, cost = self._trace, self.cost
 
         def finish() -> np.ndarray:
-            message = wait_arrived()
+            message = receiving.wait()
             dtype, shape, sent_at = message.header
             buf = np.empty(shape, np.dtype(dtype)) if out is None else out
             if buf.dtype != np.dtype(dtype) or buf.size != int(np.prod(shape)):
@@ -285,7 +303,7 @@ class ProcessGroup:
             trace.clock = max(trace.clock, arrival)
             trace.bytes_received += buf.nbytes
             return buf
-        return self._request(finish, f"irecv from rank {src} ({self._where(tag)})")
+        return self._request(finish, f"irecv from rank {src} ({self._where(tag)})", receiving.test)
 
     def recv(self, src: int, out: np.ndarray | None = None, tag: int = 0) -> np.ndarray:
         """Receive the next array from rank ``src`` (``irecv(src, out, tag).wait()``)."""

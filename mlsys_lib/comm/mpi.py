@@ -40,7 +40,7 @@ import numpy as np
 
 from .cost import CostModel
 from .errors import Failure, LaunchTimeoutError, RankFailedError
-from .group import PROTOCOLS, Header, ProcessGroup
+from .group import PROTOCOLS, Completion, Header, ProcessGroup
 
 _MPIEXEC_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
 _ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -69,7 +69,7 @@ class MpiIncoming:
 
 
 class MpiTransport:
-    """Point-to-point messages on duplicated MPI communicators (channel 0: user, 1: collectives)."""
+    """Point-to-point messages on duplicated MPI communicators (channel 0: user, 1: collectives, 2: non-blocking collectives)."""
 
     name = "mpi"
 
@@ -78,11 +78,11 @@ class MpiTransport:
             raise ValueError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.protocol = protocol
         self.rank, self.world_size = comm.Get_rank(), comm.Get_size()
-        self._channels = {0: comm.Dup(), 1: comm.Dup()}
+        self._channels = {channel: comm.Dup() for channel in (0, 1, 2)}
         self._control = comm.Dup()
 
     def start_send(self, payload: np.ndarray, dst: int, key: tuple[int, int],
-                   header: Header) -> Callable[[], None]:
+                   header: Header) -> Completion:
         MPI = import_mpi()
         channel, tag = key
         comm = self._channels[channel]
@@ -92,12 +92,13 @@ class MpiTransport:
         else:
             requests = [comm.isend(header, dest=dst, tag=2 * tag),
                         comm.Isend([payload.reshape(-1).view(np.uint8), MPI.BYTE], dest=dst, tag=2 * tag + 1)]
-        return lambda: MPI.Request.Waitall(requests)
+        return Completion(lambda: MPI.Request.Waitall(requests), lambda: MPI.Request.Testall(requests))
 
-    def start_recv(self, src: int, key: tuple[int, int]) -> Callable[[], MpiIncoming]:
+    def start_recv(self, src: int, key: tuple[int, int]) -> Completion:
         channel, tag = key
         comm = self._channels[channel]
-        return lambda: MpiIncoming(comm, src, 2 * tag + 1, comm.recv(source=src, tag=2 * tag))
+        return Completion(lambda: MpiIncoming(comm, src, 2 * tag + 1, comm.recv(source=src, tag=2 * tag)),
+                          lambda: comm.iprobe(source=src, tag=2 * tag))
 
     def exchange(self, obj: Any) -> list[Any]:
         return self._control.allgather(obj)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PeerFailedError
-from .group import PROTOCOLS, Header
+from .group import PROTOCOLS, Completion, Header
 from .shm import SegmentPool, attach
 
 INLINE_BYTES = 2048
@@ -64,8 +64,7 @@ class SimIncoming:
         self._transport.give_back(self._src, self._payload)
 
 
-def _done() -> None:
-    """An eager send is complete when it returns."""
+_SENT = Completion(lambda: None, lambda: True)  # an eager send is complete when it returns
 
 
 class SimTransport:
@@ -92,7 +91,7 @@ class SimTransport:
 
     # ------------------------------------------------------------ Transport
     def start_send(self, payload: np.ndarray, dst: int, key: tuple[int, int],
-                   header: Header) -> Callable[[], None]:
+                   header: Header) -> Completion:
         if payload.nbytes <= INLINE_BYTES:
             self._send_data(dst, key, payload.tobytes(), header)
         else:
@@ -102,14 +101,17 @@ class SimTransport:
             np.copyto(np.ndarray(payload.shape, payload.dtype, buffer=shm.buf), payload)
             self._send_data(dst, key, shm.name, header)
         if self.protocol == "eager":
-            return _done
+            return _SENT
         n, nbytes = self._sent[(dst, "data", key)], payload.nbytes
 
-        def matched() -> None:
-            self._await(dst, lambda: self._posted_at[(dst, key)] >= n, ("send", dst, key, n, nbytes))
-        return matched
+        def posted() -> bool:
+            return self._posted_at[(dst, key)] >= n
 
-    def start_recv(self, src: int, key: tuple[int, int]) -> Callable[[], SimIncoming]:
+        def matched() -> None:
+            self._await(dst, posted, ("send", dst, key, n, nbytes))
+        return Completion(matched, lambda: self._collect_frees() or posted())
+
+    def start_recv(self, src: int, key: tuple[int, int]) -> Completion:
         self._taken[(src, "data", key)] += 1
         n = self._taken[(src, "data", key)]
         if self.protocol == "rendezvous":
@@ -118,7 +120,7 @@ class SimTransport:
         def arrived() -> SimIncoming:
             _, _, payload, header = self._take(src, "data", key, n)
             return SimIncoming(self, src, payload, header)
-        return arrived
+        return Completion(arrived, lambda: self._collect_frees() or n in self._stash[(src, "data", key)])
 
     def exchange(self, obj: Any) -> list[Any]:
         for dst in self._outbox:
@@ -223,7 +225,7 @@ class SimTransport:
             pass
 
     def _collect_frees(self) -> None:
-        """Read, without waiting, whatever the peers have written (to learn of freed segments)."""
+        """Read, without waiting, whatever the peers have written (freed segments, messages, posted receives)."""
         for src, conn in self._inbox.items():
             while src not in self._ended and conn.poll():
                 self._read(src)
