@@ -4,7 +4,8 @@ Each function turns the user's arrays into a flat working buffer cut into p bloc
 checks that every rank called the same collective with matching arguments (an untraced all-gather of
 small descriptions; a mismatch raises :class:`CollectiveMismatchError` on every rank), and runs the
 chosen algorithm (``ring``, ``tree``, ``naive`` or ``pairwise``) in place. ``ALGORITHMS`` lists which algorithm
-implements which collective; the first one listed is the default.
+implements which collective; the first one listed is the default. ``iall_reduce``, ``ireduce_scatter`` and
+``iall_gather`` check and agree at once and return the ring's schedule and the result, for ``lane``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from .errors import CollectiveMismatchError
 from .naive import Naive
 from .ops import check_op
 from .pairwise import Pairwise
-from .ring import Ring
+from .ring import Ring, Steps
 from .tree import Tree
 
 if TYPE_CHECKING:
     from .group import ProcessGroup
 
-_IMPLEMENTATIONS: dict[str, object] = {"ring": Ring(), "tree": Tree(), "naive": Naive(), "pairwise": Pairwise()}
+_RING = Ring()
+_IMPLEMENTATIONS: dict[str, object] = {"ring": _RING, "tree": Tree(), "naive": Naive(), "pairwise": Pairwise()}
+Prepared = tuple[np.ndarray, list[int], Callable[[], np.ndarray]]  # working buffer, its block bounds, the result
+Schedule = tuple[Steps, Callable[[], np.ndarray]]  # a non-blocking collective: its steps, then its result
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "broadcast": ("tree", "ring", "naive"),
     "reduce": ("tree", "ring", "naive"),
@@ -89,14 +93,28 @@ def _finish_mean(buf: np.ndarray, op: str, p: int) -> None:
         buf /= p
 
 
+def _all_reduce_buffer(g: ProcessGroup, name: str, x: Any, op: str, algorithm: str) -> Prepared:
+    x = _reduction_input(g, name, x, op, algorithm, None)
+    buf = _flat_copy(x)
+
+    def result() -> np.ndarray:
+        _finish_mean(buf, op, g.world_size)
+        return buf.reshape(x.shape)
+    return buf, even_bounds(buf.size, g.world_size), result
+
+
 def all_reduce(g: ProcessGroup, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
     """``op`` over every rank's ``x`` (same shape and dtype), returned on every rank."""
     run = _algorithm("all_reduce", algorithm)
-    x = _reduction_input(g, "all_reduce", x, op, algorithm, None)
-    buf = _flat_copy(x)
-    run(g, buf, even_bounds(buf.size, g.world_size), op)
-    _finish_mean(buf, op, g.world_size)
-    return buf.reshape(x.shape)
+    buf, bounds, result = _all_reduce_buffer(g, "all_reduce", x, op, algorithm)
+    run(g, buf, bounds, op)
+    return result()
+
+
+def iall_reduce(g: ProcessGroup, x: Any, op: str = "sum") -> Schedule:
+    """The ring all-reduce as a schedule (steps, result) for the communication lane."""
+    buf, bounds, result = _all_reduce_buffer(g, "iall_reduce", x, op, "ring")
+    return _RING.all_reduce_steps(g, buf, bounds, op), result
 
 
 def reduce(g: ProcessGroup, x: Any, root: int = 0, op: str = "sum", algorithm: str = "tree") -> np.ndarray | None:
@@ -112,20 +130,34 @@ def reduce(g: ProcessGroup, x: Any, root: int = 0, op: str = "sum", algorithm: s
     return buf.reshape(x.shape)
 
 
-def reduce_scatter(g: ProcessGroup, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
-    """Rank i gets part i (``np.array_split`` along axis 0) of ``op`` over every rank's ``x``."""
-    run = _algorithm("reduce_scatter", algorithm)
-    x = _reduction_input(g, "reduce_scatter", x, op, algorithm, None)
+def _reduce_scatter_buffer(g: ProcessGroup, name: str, x: Any, op: str, algorithm: str) -> Prepared:
+    x = _reduction_input(g, name, x, op, algorithm, None)
     if x.ndim == 0:
-        raise ValueError("reduce_scatter splits x along axis 0: x must have at least one dimension")
+        raise ValueError(f"{name} splits x along axis 0: x must have at least one dimension")
     rows = split_sizes(x.shape[0], g.world_size)
     row_size = int(np.prod(x.shape[1:]))
     bounds = bounds_from_sizes([k * row_size for k in rows])
     buf = _flat_copy(x)
+
+    def result() -> np.ndarray:
+        mine = block(buf, bounds, g.rank)
+        _finish_mean(mine, op, g.world_size)
+        return mine.reshape((rows[g.rank], *x.shape[1:])).copy()
+    return buf, bounds, result
+
+
+def reduce_scatter(g: ProcessGroup, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+    """Rank i gets part i (``np.array_split`` along axis 0) of ``op`` over every rank's ``x``."""
+    run = _algorithm("reduce_scatter", algorithm)
+    buf, bounds, result = _reduce_scatter_buffer(g, "reduce_scatter", x, op, algorithm)
     run(g, buf, bounds, op)
-    mine = block(buf, bounds, g.rank)
-    _finish_mean(mine, op, g.world_size)
-    return mine.reshape((rows[g.rank], *x.shape[1:])).copy()
+    return result()
+
+
+def ireduce_scatter(g: ProcessGroup, x: Any, op: str = "sum") -> Schedule:
+    """The ring reduce-scatter as a schedule (steps, result) for the communication lane."""
+    buf, bounds, result = _reduce_scatter_buffer(g, "ireduce_scatter", x, op, "ring")
+    return _RING.reduce_scatter_steps(g, buf, bounds, op), result
 
 
 def broadcast(g: ProcessGroup, x: Any, root: int = 0, algorithm: str = "tree") -> np.ndarray:
@@ -209,6 +241,12 @@ def all_gather(g: ProcessGroup, x: Any, algorithm: str = "ring") -> np.ndarray:
     buf, bounds, shape = _gather_input(g, "all_gather", x, algorithm, None)
     run(g, buf, bounds)
     return buf.reshape(shape)
+
+
+def iall_gather(g: ProcessGroup, x: Any) -> Schedule:
+    """The ring all-gather as a schedule (steps, result) for the communication lane."""
+    buf, bounds, shape = _gather_input(g, "iall_gather", x, "ring", None)
+    return _RING.all_gather_steps(g, buf, bounds), lambda: buf.reshape(shape)
 
 
 def all_to_all(g: ProcessGroup, chunks: Any, algorithm: str = "pairwise") -> list[np.ndarray]:

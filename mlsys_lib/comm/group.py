@@ -12,7 +12,11 @@ The clock (seconds of the :class:`~mlsys_lib.comm.cost.CostModel`, not wall time
   ``α + nβ``; ``send`` (or ``wait`` on an ``isend``) moves the clock to ``s + α + nβ``;
 * a receive moves the clock to ``max(clock, arrival)``, ``arrival = max(s, end of this rank's
   previous receive) + α + nβ`` (one message at a time on the way in, in the order received);
-* ``reduce_local`` of n bytes adds ``nγ``; ``barrier`` and the agreement checks cost nothing.
+* ``reduce_local`` of n bytes adds ``nγ``; ``compute(seconds)`` adds local work; ``barrier`` and the
+  agreement checks cost nothing;
+* the non-blocking collectives (:meth:`ProcessGroup.iall_reduce`, ``ireduce_scatter``,
+  ``iall_gather``) run on a second clock, the rank's communication lane, and join the rank's clock
+  when waited on (see ``lane``): communication overlaps with compute.
 
 The clock is the same under both send protocols (:data:`PROTOCOLS`): "eager", where a send
 completes at once (the payload is buffered), and "rendezvous", where it completes only once the
@@ -35,6 +39,7 @@ from . import collectives
 from .blocks import as_array
 from .cost import CostModel
 from .errors import UnfinishedRequestError
+from .lane import Lane, LaneEntry
 from .ops import check_op, combine
 
 MAX_TAG = 16383
@@ -146,11 +151,16 @@ class ProcessGroup:
         self._trace = Trace()
         self._pending: dict[int, str] = {}  # requests not waited on yet, shared with the collectives' view
         self._request_ids = itertools.count()
-        # The collectives run on a view with the same transport, clock and counters, on their own channel.
+        self._lane = Lane(Trace())
+        # The collectives run on a view with the same transport, clock and counters, on their own channel;
+        # the non-blocking ones on a view with the lane's own channel and trace.
         collective = copy.copy(self)
         collective._channel = COLLECTIVE_CHANNEL
         collective._collective_group = collective
         self._collective_group = collective
+        lane = copy.copy(collective)
+        lane._channel, lane._trace = LANE_CHANNEL, self._lane.trace
+        self._lane_group = lane
 
     # ---------------------------------------------------------------- identity and tracing
     @property
@@ -180,17 +190,35 @@ class ProcessGroup:
 
     @property
     def bytes_sent(self) -> int:
-        """Payload bytes this rank has sent (user messages and collectives)."""
-        return self._trace.bytes_sent
+        """Payload bytes this rank has sent (user messages, collectives, non-blocking collectives)."""
+        return self._trace.bytes_sent + self._lane.trace.bytes_sent
 
     @property
     def bytes_received(self) -> int:
         """Payload bytes this rank has received."""
-        return self._trace.bytes_received
+        return self._trace.bytes_received + self._lane.trace.bytes_received
+
+    @property
+    def lane_history(self) -> list[tuple[str, float, float]]:
+        """The non-blocking collectives finished since :meth:`reset_trace`: (name, start s, end s) on the lane."""
+        return [(e.name, e.started_at, e.ended_at) for e in self._lane.history if e.done]
 
     def reset_trace(self) -> None:
-        """Set the clock and the byte counters to 0 (call it when no message is in flight)."""
+        """Set the clocks and the byte counters to 0 (call it when no message is in flight)."""
+        if not self._lane.idle:
+            raise RuntimeError("reset_trace: a non-blocking collective is still in flight; wait() on it first")
         self._trace.reset()
+        self._lane.trace.reset()
+        self._lane.history.clear()
+
+    def compute(self, seconds: float) -> None:
+        """Charge ``seconds`` of local work (a layer's forward or backward, say) to this rank's clock.
+
+        The non-blocking collectives' lane keeps running meanwhile: that is the overlap.
+        """
+        if not (isinstance(seconds, (int, float, np.floating)) and seconds >= 0 and np.isfinite(seconds)):
+            raise ValueError(f"compute: seconds must be a finite number >= 0, got {seconds!r}")
+        self._trace.clock += float(seconds)
 
     def reduce_local(self, acc: np.ndarray, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """``acc <- op(acc, x)`` elementwise in place (``x`` of acc's shape); charges ``acc.nbytes · γ`` s.
@@ -228,7 +256,8 @@ class ProcessGroup:
         return Request(tracked, ready)
 
     def _where(self, tag: int) -> str:
-        return f"tag {tag}" + (", inside a collective" if self._channel == COLLECTIVE_CHANNEL else "")
+        inside = {COLLECTIVE_CHANNEL: ", inside a collective", LANE_CHANNEL: ", inside a non-blocking collective"}
+        return f"tag {tag}" + inside.get(self._channel, "")
 
     def unfinished_requests(self) -> list[str]:
         """The requests of :meth:`isend`/:meth:`irecv` not waited on yet, described, oldest first."""
@@ -359,3 +388,36 @@ class ProcessGroup:
         differ for every pair of ranks (MoE dispatch). ``algorithm``: "pairwise" or "ring".
         """
         return collectives.all_to_all(self._collective_group, chunks, algorithm)
+
+    # ---------------------------------------------------------------- non-blocking collectives (see ``lane``)
+    def iall_reduce(self, x: np.ndarray, op: str = "sum") -> Request:
+        """Start the ring :meth:`all_reduce` of ``x`` (copied at once) on the lane; ``wait()`` returns the result."""
+        return self._issue("iall_reduce", collectives.iall_reduce(self._lane_group, x, op), np.shape(x))
+
+    def ireduce_scatter(self, x: np.ndarray, op: str = "sum") -> Request:
+        """Start the ring :meth:`reduce_scatter` of ``x`` (copied at once) on the lane; ``wait()`` returns part i."""
+        return self._issue("ireduce_scatter", collectives.ireduce_scatter(self._lane_group, x, op), np.shape(x))
+
+    def iall_gather(self, x: np.ndarray) -> Request:
+        """Start the ring :meth:`all_gather` of ``x`` (copied at once) on the lane; ``wait()`` returns the result."""
+        return self._issue("iall_gather", collectives.iall_gather(self._lane_group, x), np.shape(x))
+
+    def progress(self) -> None:
+        """Advance the non-blocking collectives as far as the messages that have arrived allow (never blocks)."""
+        self._lane.progress()
+
+    def _issue(self, name: str, schedule: collectives.Schedule, shape: tuple[int, ...]) -> Request:
+        steps, result = schedule
+        entry = LaneEntry(name, steps, result, issued_at=self._trace.clock)
+        lane, trace = self._lane, self._trace
+        lane.issue(entry)
+
+        def finish() -> np.ndarray:
+            lane.finish(entry)
+            trace.clock = max(trace.clock, entry.ended_at)
+            return entry.result()
+
+        def ready() -> bool:
+            lane.progress()
+            return entry.done
+        return self._request(finish, f"{name} of shape {shape}", ready)

@@ -1,6 +1,10 @@
 """Ring collectives: bandwidth optimal, every link busy at every step (the lecture's ring all-reduce).
 
 Rank r sends to r+1 and receives from r−1 (mod p); the buffer is cut into p blocks.
+Reduce-scatter, all-gather and all-reduce are written as *schedules*: generators that yield each
+request before waiting on it (``*_steps``), so one algorithm serves the blocking collective
+(:func:`run_blocking`) and the non-blocking one, which the rank's communication lane advances only
+as far as its messages allow (see ``lane``).
 
 * reduce_scatter: p−1 steps; at step s rank r sends block r−s−1 and adds the incoming block r−s−2
   into its own copy. Afterwards rank r holds block r fully reduced. (p−1)α + (p−1)/p·n(β + γ).
@@ -17,8 +21,8 @@ Rank r sends to r+1 and receives from r−1 (mod p); the buffer is cut into p bl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,31 +32,53 @@ from .tree import Tree
 if TYPE_CHECKING:
     from .group import ProcessGroup
 
+Steps = Iterator[Any]  # a schedule: yields each Request it is about to wait on
 _TREE = Tree()
+
+
+def run_blocking(steps: Steps) -> None:
+    """Run a schedule to its end; the schedule itself waits on each request it yields."""
+    for _ in steps:
+        pass
 
 
 class Ring:
     """Ring reduce-scatter and all-gather, and what the lecture builds from them."""
 
-    def reduce_scatter(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
+    def reduce_scatter_steps(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> Steps:
         p, r = g.world_size, g.rank
         incoming = np.empty(max(np.diff(bounds)), buf.dtype)
         for s in range(p - 1):
             sending = g.isend(block(buf, bounds, (r - s - 1) % p), (r + 1) % p)
             acc = block(buf, bounds, (r - s - 2) % p)
-            g.reduce_local(acc, g.recv((r - 1) % p, out=incoming[:acc.size]), op)
+            receiving = g.irecv((r - 1) % p, out=incoming[:acc.size])
+            yield receiving
+            g.reduce_local(acc, receiving.wait(), op)
+            yield sending
             sending.wait()
 
-    def all_gather(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int]) -> None:
+    def all_gather_steps(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int]) -> Steps:
         p, r = g.world_size, g.rank
         for s in range(p - 1):
             sending = g.isend(block(buf, bounds, (r - s) % p), (r + 1) % p)
-            g.recv((r - 1) % p, out=block(buf, bounds, (r - s - 1) % p))
+            receiving = g.irecv((r - 1) % p, out=block(buf, bounds, (r - s - 1) % p))
+            yield receiving
+            receiving.wait()
+            yield sending
             sending.wait()
 
+    def all_reduce_steps(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> Steps:
+        yield from self.reduce_scatter_steps(g, buf, bounds, op)
+        yield from self.all_gather_steps(g, buf, bounds)
+
+    def reduce_scatter(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
+        run_blocking(self.reduce_scatter_steps(g, buf, bounds, op))
+
+    def all_gather(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int]) -> None:
+        run_blocking(self.all_gather_steps(g, buf, bounds))
+
     def all_reduce(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
-        self.reduce_scatter(g, buf, bounds, op)
-        self.all_gather(g, buf, bounds)
+        run_blocking(self.all_reduce_steps(g, buf, bounds, op))
 
     def all_to_all(self, g: ProcessGroup, send: np.ndarray, send_bounds: Sequence[int],
                    recv: np.ndarray, recv_bounds: Sequence[int]) -> None:
