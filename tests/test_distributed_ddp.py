@@ -159,18 +159,27 @@ def ddp_timeline(group: ProcessGroup, bucket_bytes: int):
     X, y = data()
     model = nn.MLP([32, 64, 64, 64, 10], rng=1, dtype=np.float32)
     ddp = DistributedDataParallel(model, group, bucket_bytes, flops_per_s=1e9)
+    group.reset_trace()  # the step starts at 0 (the constructor's broadcast is on the clock too)
     ddp.backward(cross_entropy(ddp(np.tile(X[:BATCH], (1, 5))[:, :32]), y[:BATCH]))
-    return ddp.timeline, ddp.buckets, [p.data.nbytes for p in model.parameters()]
+    return ddp.timeline, ddp.buckets, [p.data.nbytes for p in model.parameters()], group.clock
 
 
 def test_timeline_comm_waits_for_gradients_and_overlaps():
     cost = CostModel(alpha=1e-5, beta=1e-8, gamma=0.0)
     timelines = launch(ddp_timeline, 4, args=(20_000,), cost=cost, timeout=120)
-    timeline, buckets, nbytes = timelines[0]
-    assert all(t[0].intervals == timeline.intervals for t in timelines)  # the same lanes on every rank
+    timeline, buckets, nbytes, clock = timelines[0]
+    ragged = 3 * 2 * (4 - 1) * 4 * cost.beta  # a ring block one float32 longer, in each of 3 buckets' 2(p-1) steps
+    for other, *_ in timelines[1:]:  # the same lanes on every rank (a ragged ring block: to one element)
+        assert [(iv.lane, iv.label) for iv in other.intervals] == [(iv.lane, iv.label) for iv in timeline.intervals]
+        assert [iv.end for iv in other.intervals] == pytest.approx([iv.end for iv in timeline.intervals],
+                                                                  rel=1e-12, abs=ragged)
     model = nn.MLP([32, 64, 64, 64, 10], rng=1)
     expected = simulate_step(layer_costs(model, BATCH, 1e9), 20_000, 4, cost)
-    assert timeline.intervals == expected.intervals
+    for lane in ("compute", "comm"):  # the executed α-β clock (non-blocking collectives) = the model
+        measured, modelled = timeline.lane(lane), expected.lane(lane)
+        assert [iv.label for iv in measured] == [iv.label for iv in modelled]
+        for a, b in zip(measured, modelled):
+            assert (a.start, a.end) == pytest.approx((b.start, b.end), rel=1e-12, abs=ragged)
     backward_end = {iv.label: iv.end for iv in timeline.lane("compute")}
     comm = timeline.lane("comm")
     assert len(comm) == len(buckets) > 2
@@ -180,9 +189,10 @@ def test_timeline_comm_waits_for_gradients_and_overlaps():
         ready = backward_end[f"B linear{layer}"]
         assert interval.start == max(ready, free)  # never before its gradients, never two at once
         assert interval.end - interval.start == pytest.approx(
-            closed_form("all_reduce", "ring", sum(nbytes[i] for i in bucket), 4, cost.alpha, cost.beta))
+            closed_form("all_reduce", "ring", sum(nbytes[i] for i in bucket), 4, cost.alpha, cost.beta), abs=ragged)
         free = interval.end
     assert timeline.step_time < timeline.busy("compute") + timeline.busy("comm")  # overlap
+    assert clock == pytest.approx(timeline.step_time, rel=1e-12)  # the rank's clock after the step
     baseline = simulate_step(layer_costs(model, BATCH, 1e9), None, 4, cost)
     assert baseline.step_time == pytest.approx(baseline.busy("compute") + baseline.busy("comm"))
     ax = plot_overlap(timeline)

@@ -9,18 +9,19 @@ parameter bigger than ``bucket_bytes`` gets a bucket of its own (:func:`assign_b
 layer in reverse (each layer's input is a detached leaf, so the gradients are those of one
 ``loss.backward()``). As soon as a layer's backward has finished, its parameters' gradients are
 ready (last parameter first); when every gradient of a bucket is ready, and every bucket before it
-has been issued (buckets go out in order, as in PyTorch), the bucket is flattened and all-reduced
-(op "mean") through the group's collective at once, before the next layer's backward runs. The
-library's collectives are blocking, so the data of a bucket really moves *during* backward, in the
-order PyTorch issues its all-reduces, but it is done by the time the call returns; the optimizer
+has been issued (buckets go out in order, as in PyTorch), the bucket is flattened and its
+all-reduce (op "mean") is issued as a *non-blocking* collective (``group.iall_reduce``), and the
+rank advances its communication lane (``group.progress()``) before the next layer's backward runs.
+At the end of backward every bucket is waited on and written back into ``.grad``, so the optimizer
 step that follows sees every bucket reduced. Inside :meth:`~DistributedDataParallel.no_sync`
 nothing is sent and the gradients accumulate in ``.grad``; the next synchronized backward
 all-reduces the accumulated sums.
 
-**Clock (design decision).** The overlap is modelled on a separate, deterministic *lane clock*
-(:class:`LaneClock`), not measured from the group's own α-β clock (which counts the blocking
-collectives one after another and so has no overlap). Each rank has a compute lane and a
-communication lane, in seconds:
+**Clock.** Each rank has a compute lane and a communication lane, in seconds. The executed step
+runs on the group's own α-β clock (``mlsys_lib.comm``): each layer's forward and backward is charged
+to the rank's clock with ``group.compute`` and the buckets' all-reduces run on the rank's
+communication lane, which has its own clock (``comm.lane``), so :attr:`DistributedDataParallel.timeline`
+is measured, not assumed. :class:`LaneClock` is the same model without data, in closed form:
 
 * a layer's forward and backward take their FLOPs / ``flops_per_s`` (:func:`layer_costs`: a Linear
   layer of a (b, in) input does 2·b·in·out FLOPs forward, 4·b·in·out backward; ReLU is counted as 0);
@@ -30,8 +31,9 @@ communication lane, in seconds:
   2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ (:func:`mlsys_lib.comm.closed_form`, n = bucket bytes);
 * the step ends at max(end of compute, end of the last all-reduce) (:attr:`Timeline.step_time`).
 
-Every rank has the same shapes, so every rank's lanes are the same; :func:`simulate_step` replays the
-same events without data. The "all-reduce after backward" baseline (plain data parallelism) is
+The measured timeline equals the model's to rounding (exactly when every bucket's elements divide
+evenly into p blocks; the tests check it). Every rank has the same shapes, so every rank's lanes
+are the same; :func:`simulate_step` replays the same events without data. The "all-reduce after backward" baseline (plain data parallelism) is
 :func:`all_reduce_gradients` for the data and ``bucket_bytes=None`` (one bucket, issued when the
 last gradient is ready) for the clock. :func:`modelled_step_time` is the closed form of step time
 vs number of buckets for gradients produced at a uniform rate:
@@ -50,7 +52,7 @@ import numpy as np
 
 from mlsys_lib.autodiff import Tensor
 from mlsys_lib.autodiff.nn import Linear, Sequential
-from mlsys_lib.comm import CostModel, ProcessGroup, closed_form
+from mlsys_lib.comm import CostModel, ProcessGroup, Request, closed_form
 
 from .timeline import Interval, Timeline
 
@@ -187,18 +189,26 @@ def modelled_step_time(forward_s: float, backward_s: float, grad_bytes: int, num
 
 
 def all_reduce_gradients(params: Sequence[Tensor], group: ProcessGroup, algorithm: str = "ring") -> None:
-    """Plain data parallelism: one all-reduce (mean) of every parameter's ``.grad``, after backward."""
-    _all_reduce_mean(list(params), group, algorithm)
+    """Plain data parallelism: one blocking all-reduce (mean) of every parameter's ``.grad``, after backward."""
+    params = list(params)
+    _write_back(params, group.all_reduce(_flat_gradients(params), op="mean", algorithm=algorithm))
 
 
-def _all_reduce_mean(params: list[Tensor], group: ProcessGroup, algorithm: str) -> None:
-    """Flatten the gradients of ``params`` into one buffer, all-reduce its mean, write the results back."""
+def _flat_gradients(params: list[Tensor]) -> np.ndarray:
+    """The gradients of ``params`` in one flat buffer of the parameters' dtype (every parameter must have one).
+
+    The autodiff may hand a float32 parameter a float64 gradient; DDP communicates (and a bucket's size
+    counts) the gradient in the parameter's dtype, as PyTorch does.
+    """
     for p in params:
         if p.grad is None:
             raise ValueError(f"parameter {p.name or '?'} of shape {p.shape} has no gradient: the loss does not "
                              f"depend on it (every parameter must get a gradient in every step)")
-    flat = group.all_reduce(np.concatenate([p.grad.numpy().ravel() for p in params]), op="mean",
-                            algorithm=algorithm)
+    return np.concatenate([p.grad.numpy().astype(p.data.dtype, copy=False).ravel() for p in params])
+
+
+def _write_back(params: list[Tensor], flat: np.ndarray) -> None:
+    """Set each parameter's ``.grad`` to its slice of the reduced buffer ``flat``."""
     start = 0
     for p in params:
         p.grad = Tensor(flat[start:start + p.data.size].reshape(p.shape))
@@ -211,18 +221,20 @@ class DistributedDataParallel:
     Usage on every rank: ``out = ddp(x_local); loss = f(out); ddp.backward(loss); opt.step()``.
     The constructor broadcasts rank 0's parameters. ``bucket_bytes`` (bytes, None: one bucket)
     shapes the buckets (:attr:`buckets`, lists of indices into ``model.parameters()``).
-    ``flops_per_s`` and ``cost`` drive the lane clock; :attr:`timeline` is the last step's.
-    The loss should be a mean over the local batch: the all-reduce averages over ranks, which
-    gives the global mean when every rank has the same number of rows.
+    Each layer's forward and backward is charged to the group's clock at ``flops_per_s``
+    (:func:`layer_costs`); :attr:`timeline` is the last step's, measured on the group's clocks
+    (compute lane: the rank's clock; comm lane: its non-blocking collectives), seconds from the
+    step's start. The loss should be a mean over the local batch: the all-reduce averages over
+    ranks, which gives the global mean when every rank has the same number of rows.
     """
 
     def __init__(self, model: Sequential, group: ProcessGroup, bucket_bytes: int | None,
-                 flops_per_s: float = 20e9, algorithm: str = "ring") -> None:
+                 flops_per_s: float = 20e9) -> None:
         if not isinstance(model, Sequential):
             raise TypeError(f"model must be an autodiff.nn.Sequential (e.g. an MLP), got {type(model).__name__}")
         if not flops_per_s > 0:
             raise ValueError(f"flops_per_s must be > 0, got {flops_per_s!r}")
-        self.model, self.group, self.algorithm, self.flops_per_s = model, group, algorithm, flops_per_s
+        self.model, self.group, self.flops_per_s = model, group, flops_per_s
         self.params = model.parameters()
         for p in self.params:
             p.data[...] = group.broadcast(p.data, root=0)
@@ -232,6 +244,7 @@ class DistributedDataParallel:
         self._sync = True
         self._saved: list[tuple[Tensor, Tensor]] = []
         self._costs: list[LayerCost] = []
+        self._step_start = group.clock
         self.timeline = Timeline(group.rank)
 
     @contextlib.contextmanager
@@ -248,21 +261,25 @@ class DistributedDataParallel:
         x = x if isinstance(x, Tensor) else Tensor(np.asarray(x))
         rows = int(np.prod(x.shape[:-1]))
         self._costs = layer_costs(self.model, rows, self.flops_per_s)
-        self._clock = LaneClock(self.group.rank, self.group.world_size, self.group.cost, self.algorithm)
+        self._step_start = self.group.clock
+        self._intervals: list[Interval] = []
         self._saved = []
         for layer, cost in zip(self.model.layers, self._costs):
             out = layer(x)
-            self._clock.compute(f"F {cost.name}", cost.forward_s)
+            self._compute(f"F {cost.name}", cost.forward_s)
             self._saved.append((x, out))
             x = Tensor(out.data, requires_grad=out.requires_grad)
         self._output = x
         return x
 
     def backward(self, loss: Tensor) -> None:
-        """Backward layer by layer in reverse; each bucket is all-reduced as soon as its gradients are ready."""
+        """Backward layer by layer in reverse; each bucket's all-reduce is issued (non-blocking) as soon as its
+        gradients are ready, and all are waited on at the end, so the optimizer step sees them reduced."""
         if not self._saved:
             raise RuntimeError("backward: call the DDP module (forward) first")
         readiness = _Readiness(self.buckets)
+        first_collective = len(self.group.lane_history)
+        in_flight: list[tuple[int, Request]] = []
         loss.backward()
         upstream = self._output
         for (inp, out), cost, indices in reversed(list(zip(self._saved, self._costs, self._layer_params))):
@@ -270,16 +287,25 @@ class DistributedDataParallel:
                 if upstream.grad is None:
                     raise ValueError("backward: the loss does not depend on the DDP module's output")
                 out.backward(upstream.grad)
-            self._clock.compute(f"B {cost.name}", cost.backward_s)
+            self._compute(f"B {cost.name}", cost.backward_s)
             for i in reversed(indices):
                 for b in readiness.ready(i) if self._sync else []:
-                    self._reduce_bucket(b)
+                    params = [self.params[j] for j in self.buckets[b]]
+                    in_flight.append((b, self.group.iall_reduce(_flat_gradients(params), op="mean")))
+            self.group.progress()
             upstream = inp
+        for b, request in in_flight:
+            _write_back([self.params[j] for j in self.buckets[b]], request.wait())
+        t0 = self._step_start
+        lane = self.group.lane_history[first_collective:]
+        self._intervals += [Interval("comm", f"bucket {b}", start - t0, end - t0)
+                            for (b, _), (_, start, end) in zip(in_flight, lane)]
         self._saved = []
-        self.timeline = self._clock.timeline
+        self.timeline = Timeline(self.group.rank, self._intervals)
 
-    def _reduce_bucket(self, b: int) -> None:
-        params = [self.params[i] for i in self.buckets[b]]
-        _all_reduce_mean(params, self.group, self.algorithm)
-        self._clock.all_reduce(f"bucket {b}", sum(p.data.nbytes for p in params))
-
+    def _compute(self, label: str, seconds: float) -> None:
+        """Charge ``seconds`` of compute to the group's clock and record it on the compute lane."""
+        start = self.group.clock
+        self.group.compute(seconds)
+        self._intervals.append(Interval("compute", label, start - self._step_start,
+                                        self.group.clock - self._step_start))
