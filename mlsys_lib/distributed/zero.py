@@ -17,8 +17,9 @@ stage runs this same code, so the local gradients are the same in every stage.
 * stage 2 (P_os+g): stage 1, and a layer's full local gradient is freed after its reduce-scatter;
   only the gradient shard is kept.
 * stage 3 (P_os+g+p): stage 2 with parameters sharded too: each layer is all-gathered just before
-  its forward and again before its backward, freed after use; ``prefetch`` gathers the next layer
-  before the current one runs (more memory; with blocking collectives it overlaps nothing).
+  its forward and again before its backward, freed after use; ``prefetch`` issues the next layer's
+  all-gather (a non-blocking collective, ``group.iall_gather``) before the current layer runs, so its
+  messages move while this layer computes (more memory: two gathered layers).
 
 Memory, counted by :class:`MemoryTracker` for each logical buffer of model state (numpy's and the
 collectives' temporary copies and activations are not model states and are not counted). All fp32:
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlsys_lib.autodiff import Tensor, cross_entropy, linear, nn, no_grad, optim, relu
-from mlsys_lib.comm import ProcessGroup
+from mlsys_lib.comm import ProcessGroup, Request
 from mlsys_lib.memory.accounting import ZERO_STAGES, TrainingMemory, training_memory
 
 MODEL_STATES = ("parameters", "gradients", "optimizer_states")
@@ -60,14 +61,18 @@ class MemoryTracker:
 
     def hold(self, kind: str, array: np.ndarray) -> np.ndarray:
         """Count ``array`` as held (``kind`` one of MODEL_STATES); returns it."""
-        self.current[kind] += array.nbytes
-        if sum(self.current.values()) > sum(self.peak.values()):
-            self.peak = dict(self.current)
+        self.add(kind, array.nbytes)
         return array
 
     def release(self, kind: str, array: np.ndarray) -> None:
         """Stop counting ``array`` (held earlier as ``kind``)."""
-        self.current[kind] -= array.nbytes
+        self.add(kind, -array.nbytes)
+
+    def add(self, kind: str, nbytes: int) -> None:
+        """Count ``nbytes`` more (or fewer, if negative) of ``kind``."""
+        self.current[kind] += nbytes
+        if sum(self.current.values()) > sum(self.peak.values()):
+            self.peak = dict(self.current)
 
 
 def check_stage(stage: object) -> int:
@@ -144,18 +149,21 @@ class _ShardedMLP:
 
     def full_layers(self, order: list[int]):
         """Yield (i, layer i's full flat parameters) in ``order``; stage 3 all-gathers each just in time
-        (with ``prefetch`` one layer ahead) and frees it when the next one is asked for."""
+        (non-blocking; with ``prefetch`` the next layer's all-gather is issued before this layer runs)
+        and frees it when the next one is asked for."""
         if self.stage < 3:
             yield from ((i, self.params[i]) for i in order)
             return
-        gathered: dict[int, np.ndarray] = {}
+        gathering: dict[int, Request] = {}
         for k, i in enumerate(order):
-            upcoming = order[k:k + 2] if self.prefetch else [i]
-            for j in upcoming:
-                if j not in gathered:
-                    gathered[j] = self.tracker.hold("parameters", self.group.all_gather(self.params[j]))
-            yield i, gathered[i]
-            self.tracker.release("parameters", gathered.pop(i))
+            for j in order[k:k + 2] if self.prefetch else [i]:
+                if j not in gathering:  # the gathered buffer exists from the moment the all-gather is issued
+                    gathering[j] = self.group.iall_gather(self.params[j])
+                    self.tracker.add("parameters", self.params[j].nbytes * self.group.world_size)
+            self.group.progress()
+            yield i, gathering[i].wait()
+            del gathering[i]
+            self.tracker.add("parameters", -self.params[i].nbytes * self.group.world_size)
 
     # ------------------------------------------------------------- gradients
     def reduce_gradient(self, i: int, local: np.ndarray) -> None:
