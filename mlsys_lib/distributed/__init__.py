@@ -1,10 +1,11 @@
 """Data-parallel training beyond one all-reduce (Lab 11, in progress): overlap, sharding, staleness.
 
 * **DDP** (:mod:`.ddp`, :mod:`.timeline`): :class:`DistributedDataParallel` packs gradients into buckets in
-  reverse layer order (PyTorch's rule) and all-reduces each as soon as its gradients are ready during
-  backward; ``no_sync()`` accumulates without communicating. The overlap of compute and communication is
-  modelled on a deterministic lane clock (:class:`LaneClock`, :func:`simulate_step`, a :class:`Timeline`
-  that :func:`plot_overlap` draws; :func:`modelled_step_time` is the closed form).
+  reverse layer order (PyTorch's rule) and issues each one's non-blocking all-reduce as soon as its
+  gradients are ready during backward; ``no_sync()`` accumulates without communicating. The overlap of
+  compute and communication is measured on the group's α-β clock (its :class:`Timeline`, drawn by
+  :func:`plot_overlap`); :class:`LaneClock` / :func:`simulate_step` are the same model without data and
+  :func:`modelled_step_time` its closed form.
 * **ZeRO** (:mod:`.zero`): :func:`zero_train` runs stages 0-3 on a ``comm`` group: Adam's states, then the
   gradients, then the parameters sharded per layer; bytes held tracked by :class:`MemoryTracker` and
   compared with Lab 4's calculator; bytes sent per step from the group's trace.
