@@ -24,6 +24,7 @@ FIGURES = {
     "lec09_compiler": ["lec09_schedules.png", "lec09_search.png", "lec09_cost_model.png", "lec09_bucketing.png"],
     "lec10_llm": ["lec10_flops.png", "lec10_intensity.png", "lec10_kv_cache.png", "lec10_fragmentation.png",
                   "lec10_serving.png", "lec10_speculative.png"],
+    "lec11_distributed": ["lec11_overlap.png", "lec11_buckets.png", "lec11_zero_memory.png", "lec11_stragglers.png"],
 }
 
 #: The claims each lecture's timing figures state with mlsys_lib.viz.claim (their ratio is printed; at
@@ -36,6 +37,7 @@ CLAIMS = {
                        "the tiled kernel with local accumulators is faster than the reordered one",
                        "model-guided search reaches 95% of the best in fewer trials than random search"},
     "lec10_llm": {"continuous batching sustains more throughput than static batching at equal p99 latency"},
+    "lec11_distributed": {"all-reducing gradient buckets during backward beats one all-reduce after backward"},
 }
 
 
