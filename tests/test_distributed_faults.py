@@ -183,3 +183,71 @@ def assert_ends(pid: int, within_s: float) -> None:
         assert select.select([handle], [], [], within_s)[0], f"process {pid} still runs {within_s} s later"
     finally:
         os.close(handle)
+
+
+# ------------------------------------------------------------------ bad input: a clear error, never a hang
+
+SIZES = [4, 5, 3]
+BATCH_X, BATCH_Y = np.ones((8, 4), np.float32), np.arange(8) % 3
+PS_X, PS_Y = synthetic_problem(n=64, d=4, k=3)
+
+
+def bad_ddp(g: ProcessGroup, **kwargs) -> None:
+    ddp = DistributedDataParallel(nn.MLP(SIZES, rng=1, dtype=np.float64), g, **{"bucket_bytes": 100, **kwargs})
+    ddp.backward(cross_entropy(ddp(BATCH_X.astype(np.float64)), BATCH_Y))
+
+
+def bad_zero(g: ProcessGroup, **kwargs) -> None:
+    zero_train(**{"group": g, "sizes": SIZES, "X": BATCH_X, "labels": BATCH_Y, "steps": 1, "stage": 1, **kwargs})
+
+
+def bad_ps(g: ProcessGroup, **kwargs) -> None:
+    train_on_group(**{"group": g, "X": PS_X, "y": PS_Y, "num_classes": 3,
+                      "config": PSConfig(num_workers=1, steps=2), **kwargs})
+
+
+BAD_WITH_A_GROUP = {  # name: (function, its bad keyword arguments, the error every rank raises)
+    "bucket_bytes 0": (bad_ddp, dict(bucket_bytes=0), "bucket_bytes must be an int >= 1 (bytes) or None, got 0"),
+    "bucket_bytes 1.5": (bad_ddp, dict(bucket_bytes=1.5), "bucket_bytes must be an int >= 1 (bytes) or None, got 1.5"),
+    "flops_per_s 0": (bad_ddp, dict(flops_per_s=0), "flops_per_s must be > 0, got 0"),
+    "DDP algorithm": (bad_ddp, dict(algorithm="hypercube"), "all_reduce has no algorithm 'hypercube'"),
+    "ZeRO stage 4": (bad_zero, dict(stage=4), "ZeRO stage must be 0 (plain data parallelism), 1, 2 or 3, got 4"),
+    "ZeRO width 0": (bad_zero, dict(sizes=[4, 0, 3]), "sizes must be layer widths, ints >= 1, got [4, 0, 3]"),
+    "ZeRO steps 0": (bad_zero, dict(steps=0), "steps must be an int >= 1, got 0"),
+    "ZeRO one row": (bad_zero, dict(X=BATCH_X[:1], labels=BATCH_Y[:1]), "the batch (1 rows) must have a row for each"),
+    "ZeRO label 3": (bad_zero, dict(labels=BATCH_Y + 1), "labels must lie in [0, 3)"),
+    "ZeRO lr 0": (bad_zero, dict(lr=0.0), "lr must be > 0, got 0.0"),
+    "PS servers = world size": (bad_ps, dict(config=PSConfig(num_servers=2, num_workers=1)),
+                                "the group has 2 ranks, but 2 servers + 1 workers need 3"),
+    "PS label 3": (bad_ps, dict(num_classes=2), "y must hold integer labels in 0..1 (num_classes 2), got int64 "
+                                               "labels from 0 to 2"),
+    "PS label -1": (bad_ps, dict(y=PS_Y - 1), "y must hold integer labels in 0..2"),
+    "PS float labels": (bad_ps, dict(y=PS_Y.astype(float)), "y must hold integer labels in 0..2"),
+    "PS no classes": (bad_ps, dict(num_classes=0), "num_classes must be an int >= 1, got 0"),
+    "PS config dict": (bad_ps, dict(config={"num_workers": 1}), "config must be a PSConfig, got dict"),
+}
+
+
+def every_bad_call(g: ProcessGroup) -> dict[str, str]:
+    """Each bad call of BAD_WITH_A_GROUP on every rank: {name: "ErrorType: message"} ("no error" if none)."""
+    errors = {}
+    for name, (fn, kwargs, _) in BAD_WITH_A_GROUP.items():
+        try:
+            fn(g, **kwargs)
+            errors[name] = "no error"
+        except (ValueError, TypeError) as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    return errors
+
+
+def test_bad_arguments_raise_the_same_clear_error_on_every_rank():
+    per_rank = launch(every_bad_call, 2, timeout=60)  # a hang would be a LaunchTimeoutError, a PeerFailedError fail
+    assert per_rank[0] == per_rank[1]
+    for name, (_, _, message) in BAD_WITH_A_GROUP.items():
+        assert message in per_rank[0][name], name
+
+
+@pytest.mark.parametrize("fn", [bad_ddp, bad_zero, bad_ps])
+def test_no_group_is_named_before_anything_else(fn):
+    with pytest.raises(TypeError, match="group must be a comm ProcessGroup .*got NoneType"):
+        fn(None)
