@@ -98,12 +98,12 @@ class TripwireLayer(nn.Module):
 
 
 def ddp_backward_fails(g: ProcessGroup, how: str, pid_dir: str) -> None:
-    """Two DDP steps; rank FAILING fails in the first backward, after bucket 0 (layers 3 and 2) is reduced."""
+    """Two DDP steps; rank FAILING fails in the first backward, after bucket 0 (layers 3 and 2) was issued."""
     fire = arm(g, how, pid_dir, at_call=1)
     model = nn.MLP([32, 64, 64, 64, 10], rng=1, dtype=np.float64)
     model.layers.insert(3, TripwireLayer(fire))  # after Linear 1: its backward runs between buckets 0 and 1
-    ddp = DistributedDataParallel(model, g, 40_000)  # buckets of 37968 (shared memory), 33792 and 16384 bytes
-    assert len(ddp.buckets) == 3
+    ddp = DistributedDataParallel(model, g, 38_500)  # buckets of 38480 (shared memory), 33792 and 16384 bytes
+    assert ddp.buckets == [[7, 6, 5, 4], [3, 2, 1], [0]]  # W0 b0 W1 b1 W2 b2 W3 b3, last first
     rng = np.random.default_rng(g.rank)
     for _ in range(2):
         ddp.backward(cross_entropy(ddp(rng.standard_normal((8, 32))), rng.integers(0, 10, 8)))
