@@ -159,5 +159,7 @@ def test_every_stage_on_mpi_with_four_ranks_equals_the_sim_backend(runs):
     on_mpi = launch(every_stage, 4, backend="mpi", args=(SIZES, STEPS, True), timeout=240)
     for rank in range(4):
         for mpi, sim in zip(on_mpi[rank], runs[4][rank], strict=True):
+            assert_same_parameters(mpi, on_mpi[0][0])  # every stage on every rank: MPI's plain DP, bit for bit
             assert_same_parameters(mpi, sim)
+            assert mpi.losses == sim.losses
             assert (mpi.held, mpi.peak, mpi.bytes_sent_per_step) == (sim.held, sim.peak, sim.bytes_sent_per_step)

@@ -232,6 +232,9 @@ class DistributedDataParallel:
                  flops_per_s: float = 20e9) -> None:
         if not isinstance(model, Sequential):
             raise TypeError(f"model must be an autodiff.nn.Sequential (e.g. an MLP), got {type(model).__name__}")
+        if not isinstance(group, ProcessGroup):
+            raise TypeError(f"group must be a comm ProcessGroup (what launch passes each rank), "
+                            f"got {type(group).__name__}")
         if not flops_per_s > 0:
             raise ValueError(f"flops_per_s must be > 0, got {flops_per_s!r}")
         self.model, self.group, self.flops_per_s = model, group, flops_per_s

@@ -232,8 +232,15 @@ class _Problem:
     """Softmax regression on (X, y): the gradient sum of a worker's rows, and the loss of θ."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, num_classes: int, config: PSConfig) -> None:
+        if not isinstance(config, PSConfig):
+            raise TypeError(f"config must be a PSConfig, got {type(config).__name__}")
         if X.ndim != 2 or y.shape != (X.shape[0],):
             raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
+            raise ValueError(f"num_classes must be an int >= 1, got {num_classes!r}")
+        if not np.issubdtype(y.dtype, np.integer) or (y.size and (y.min() < 0 or y.max() >= num_classes)):
+            raise ValueError(f"y must hold integer labels in 0..{num_classes - 1} (num_classes {num_classes}), "
+                             f"got {y.dtype} labels from {y.min()} to {y.max()}")
         self.X, self.y, self.k, self.config = X, y, num_classes, config
         self.theta0, rng = initial_parameters(X.shape[1], num_classes, config.seed)
         self.batches = _Batches(rng, X.shape[0], config)
@@ -302,11 +309,13 @@ def train_on_group(group: ProcessGroup, X: np.ndarray, y: np.ndarray, num_classe
     Every rank computes the same :func:`schedule`; server j sends its shard for each pull and receives
     and applies each slice in that order; worker i pulls, computes and pushes its steps.
     """
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"group must be a comm ProcessGroup (what launch passes each rank), got {type(group).__name__}")
+    problem = _Problem(X, y, num_classes, config)
     servers, workers = config.num_servers, config.num_workers
     if group.world_size != servers + workers:
         raise ValueError(f"the group has {group.world_size} ranks, but {servers} servers + {workers} workers "
                          f"need {servers + workers}")
-    problem = _Problem(X, y, num_classes, config)
     plan = schedule(config, problem.theta0.size)
     bounds, rank, sends = problem.bounds, group.rank, []
     if rank < servers:

@@ -236,6 +236,11 @@ def zero_train(group: ProcessGroup, sizes: list[int], X: np.ndarray, labels: np.
     Every rank returns a :class:`ZeroResult`; the final parameters are the same on every rank.
     """
     stage = check_stage(stage)
+    if not isinstance(group, ProcessGroup):
+        raise TypeError(f"zero_train: group must be a comm ProcessGroup (what launch passes each rank), "
+                        f"got {type(group).__name__}")
+    if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in sizes):
+        raise ValueError(f"zero_train: sizes must be layer widths, ints >= 1, got {list(sizes)}")
     p = group.world_size
     X, labels = np.asarray(X, np.float32), np.asarray(labels)
     if len(sizes) < 2 or X.ndim != 2 or X.shape[1] != sizes[0] or labels.shape != X.shape[:1]:
