@@ -210,7 +210,6 @@ BAD_WITH_A_GROUP = {  # name: (function, its bad keyword arguments, the error ev
     "bucket_bytes 0": (bad_ddp, dict(bucket_bytes=0), "bucket_bytes must be an int >= 1 (bytes) or None, got 0"),
     "bucket_bytes 1.5": (bad_ddp, dict(bucket_bytes=1.5), "bucket_bytes must be an int >= 1 (bytes) or None, got 1.5"),
     "flops_per_s 0": (bad_ddp, dict(flops_per_s=0), "flops_per_s must be > 0, got 0"),
-    "DDP algorithm": (bad_ddp, dict(algorithm="hypercube"), "all_reduce has no algorithm 'hypercube'"),
     "ZeRO stage 4": (bad_zero, dict(stage=4), "ZeRO stage must be 0 (plain data parallelism), 1, 2 or 3, got 4"),
     "ZeRO width 0": (bad_zero, dict(sizes=[4, 0, 3]), "sizes must be layer widths, ints >= 1, got [4, 0, 3]"),
     "ZeRO steps 0": (bad_zero, dict(steps=0), "steps must be an int >= 1, got 0"),
