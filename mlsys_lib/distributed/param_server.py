@@ -44,6 +44,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -159,8 +160,25 @@ def shard_sizes(num_params: int, num_servers: int) -> list[int]:
     return [len(part) for part in np.array_split(np.arange(num_params), num_servers)]
 
 
-def schedule(config: PSConfig, num_params: int) -> Schedule:
-    """Simulate the timing of ``config`` for a model of ``num_params`` values: the order of pulls and applies."""
+def may_pull(clock: int, clocks: Sequence[int], staleness: int | None) -> bool:
+    """SSP's admission rule: may a worker at ``clock`` pull now, with every worker's clock in ``clocks``?
+
+    Only while clock − min(clocks) ≤ ``staleness`` (the server clock is the slowest worker's); 0 is BSP,
+    None is ASP (no bound, never waits).
+    """
+    return staleness is None or clock - min(clocks) <= staleness
+
+
+Admission = Callable[[int, Sequence[int], "int | None"], bool]
+
+
+def schedule(config: PSConfig, num_params: int, admit: Admission = may_pull) -> Schedule:
+    """Simulate the timing of ``config`` for a model of ``num_params`` values: the order of pulls and applies.
+
+    ``admit(clock, clocks, staleness)`` decides whether a ready worker may pull (:func:`may_pull`; Lab 11
+    plugs in its own), with ``clocks`` a tuple of every worker's clock and ``staleness`` None for ASP.
+    """
+    staleness = None if config.mode == "asp" else config.bound
     servers, workers = config.num_servers, config.num_workers
     sizes = [n * BYTES_PER_VALUE for n in shard_sizes(num_params, servers)]
     ports = _Ports(servers + workers, config.cost)
@@ -181,7 +199,7 @@ def schedule(config: PSConfig, num_params: int) -> Schedule:
         if kind == "ready":
             if clocks[i] == config.steps:
                 continue
-            if clocks[i] - min(clocks) > config.bound:
+            if not admit(clocks[i], tuple(clocks), staleness):
                 waiting.append(i)
                 continue
             pulled[i] = (min(clocks), pushes)
