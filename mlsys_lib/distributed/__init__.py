@@ -16,7 +16,8 @@
 
 from .ddp import (DistributedDataParallel, LaneClock, LayerCost, all_reduce_gradients, assign_buckets, layer_costs,
                   modelled_step_time, simulate_step, step_time_vs_bucket_size)
-from .param_server import PSConfig, PSResult, convergence_curves, plot_convergence, schedule, synthetic_problem, train
+from .param_server import (PSConfig, PSResult, convergence_curves, may_pull, plot_convergence, schedule,
+                           synthetic_problem, train)
 from .param_server import train_on_group
 from .timeline import Interval, Timeline, plot_overlap
 from .zero import MemoryTracker, ZeroResult, calculator_memory, check_stage, zero_train
@@ -25,6 +26,6 @@ __all__ = [
     "DistributedDataParallel", "all_reduce_gradients", "assign_buckets", "LayerCost", "layer_costs", "LaneClock",
     "simulate_step", "step_time_vs_bucket_size", "modelled_step_time", "Interval", "Timeline", "plot_overlap",
     "zero_train", "ZeroResult", "MemoryTracker", "calculator_memory", "check_stage",
-    "PSConfig", "PSResult", "schedule", "train", "train_on_group", "convergence_curves", "plot_convergence",
+    "PSConfig", "PSResult", "may_pull", "schedule", "train", "train_on_group", "convergence_curves", "plot_convergence",
     "synthetic_problem",
 ]
