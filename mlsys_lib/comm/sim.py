@@ -3,10 +3,10 @@
 Every ordered pair of ranks has a one-way pipe that carries small pickled tuples:
 
 * ``("data", key, segment, header)``: a message; its payload waits in the sender's shared-memory
-  ``segment``, which the receiver maps and copies out of. Payloads of at most ``INLINE_BYTES``
-  bytes travel in the pipe instead, as ``bytes`` in place of the segment name (like MPI's "eager"
-  protocol for small messages: one pipe message instead of a round trip);
-* ``("free", None, segment)``: the receiver has copied the payload out; the sender may reuse it;
+  ``segment``, which the receiver maps (once), copies out of, and releases for the sender to reuse
+  by clearing a flag in it (see ``shm``: no message back, so the sender is not woken up). Payloads
+  of at most ``INLINE_BYTES`` bytes travel in the pipe instead, as ``bytes`` in place of the
+  segment name (small messages need no segment);
 * ``("ctl", None, obj)``: a small object of an all-gather (argument checks, barrier);
 * ``("posted", key)``: under the "rendezvous" protocol, the receiver has started a receive on ``key``.
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from .errors import PeerFailedError
 from .group import PROTOCOLS, Completion, Header
-from .shm import SegmentPool, attach
+from .shm import SegmentPool, attach, payload_view, release
 
 INLINE_BYTES = 2048
 REPORT_AFTER_S = 0.005  # a rank waiting this long tells the launcher what it waits for
@@ -50,18 +50,18 @@ Wait = tuple
 class SimIncoming:
     """A received header; its payload is inline (bytes) or still in the sender's segment (a name)."""
 
-    def __init__(self, transport: SimTransport, src: int, payload: str | bytes, header: Header) -> None:
+    def __init__(self, transport: SimTransport, body: str | bytes, header: Header) -> None:
         self.header = header
-        self._transport, self._src, self._payload = transport, src, payload
+        self._transport, self._body = transport, body
 
     def read_into(self, out: np.ndarray) -> None:
-        """Copy the payload into ``out``; a segment is then given back to the sender."""
-        if isinstance(self._payload, bytes):
-            np.copyto(out.reshape(-1), np.frombuffer(self._payload, out.dtype, out.size))
+        """Copy the payload into ``out``; a segment is then released for the sender to reuse."""
+        if isinstance(self._body, bytes):
+            np.copyto(out.reshape(-1), np.frombuffer(self._body, out.dtype, out.size))
             return
-        shm = self._transport.mapped(self._payload)
-        np.copyto(out.reshape(-1), np.ndarray((out.size,), out.dtype, buffer=shm.buf))
-        self._transport.give_back(self._src, self._payload)
+        shm = self._transport.mapped(self._body)
+        np.copyto(out.reshape(-1), payload_view(shm, out.dtype, out.size))
+        release(shm)
 
 
 _SENT = Completion(lambda: None, lambda: True)  # an eager send is complete when it returns
@@ -95,10 +95,8 @@ class SimTransport:
         if payload.nbytes <= INLINE_BYTES:
             self._send_data(dst, key, payload.tobytes(), header)
         else:
-            if not self._pool.has_free(payload.nbytes):
-                self._collect_frees()
             shm = self._pool.take(payload.nbytes)
-            np.copyto(np.ndarray(payload.shape, payload.dtype, buffer=shm.buf), payload)
+            np.copyto(payload_view(shm, payload.dtype, payload.size), payload.reshape(-1))
             self._send_data(dst, key, shm.name, header)
         if self.protocol == "eager":
             return _SENT
@@ -109,7 +107,7 @@ class SimTransport:
 
         def matched() -> None:
             self._await(dst, posted, ("send", dst, key, n, nbytes))
-        return Completion(matched, lambda: self._collect_frees() or posted())
+        return Completion(matched, lambda: self._poll() or posted())
 
     def start_recv(self, src: int, key: tuple[int, int]) -> Completion:
         self._taken[(src, "data", key)] += 1
@@ -118,9 +116,9 @@ class SimTransport:
             self._tell(src, ("posted", key))
 
         def arrived() -> SimIncoming:
-            _, _, payload, header = self._take(src, "data", key, n)
-            return SimIncoming(self, src, payload, header)
-        return Completion(arrived, lambda: self._collect_frees() or n in self._stash[(src, "data", key)])
+            _, _, body, header = self._take(src, "data", key, n)
+            return SimIncoming(self, body, header)
+        return Completion(arrived, lambda: self._poll() or n in self._stash[(src, "data", key)])
 
     def exchange(self, obj: Any) -> list[Any]:
         for dst in self._outbox:
@@ -136,8 +134,8 @@ class SimTransport:
         self.exchange(None)
 
     # ------------------------------------------------------------ pipes
-    def _send_data(self, dst: int, key: tuple[int, int], payload: str | bytes, header: Header) -> None:
-        self.post(dst, ("data", key, payload, header))
+    def _send_data(self, dst: int, key: tuple[int, int], body: str | bytes, header: Header) -> None:
+        self.post(dst, ("data", key, body, header))
         self._sent[(dst, "data", key)] += 1
 
     def post(self, dst: int, message: tuple) -> None:
@@ -154,10 +152,6 @@ class SimTransport:
         except OSError:
             pass
 
-    def give_back(self, src: int, segment: str) -> None:
-        """Tell rank ``src`` that its ``segment`` is free again (unless it has already exited)."""
-        self._tell(src, ("free", None, segment))
-
     def mapped(self, segment: str) -> SharedMemory:
         """The sender's segment ``segment``, mapped once and kept."""
         if segment not in self._mapped:
@@ -166,9 +160,7 @@ class SimTransport:
 
     def _file(self, src: int, message: tuple) -> None:
         kind, key = message[0], message[1]
-        if kind == "free":
-            self._pool.give_back(message[2])
-        elif kind == "posted":
+        if kind == "posted":
             self._posted_at[(src, key)] += 1
         else:
             self._arrived[(src, kind, key)] += 1
@@ -224,8 +216,8 @@ class SimTransport:
         except OSError:  # the launcher is gone; the abort pipe says so
             pass
 
-    def _collect_frees(self) -> None:
-        """Read, without waiting, whatever the peers have written (freed segments, messages, posted receives)."""
+    def _poll(self) -> None:
+        """Read, without waiting, whatever the peers have written (messages, posted receives): ``test()``."""
         for src, conn in self._inbox.items():
             while src not in self._ended and conn.poll():
                 self._read(src)

@@ -2,6 +2,10 @@
 
 Each rank runs :func:`run_rank` in its own process (``forkserver`` where available, else ``spawn``),
 with ``fn`` and its arguments pickled by ``cloudpickle`` (so functions defined in a notebook work).
+Each rank's BLAS (numpy's matrix products) may use at most its share of the cores, as ``torchrun``
+sets ``OMP_NUM_THREADS``: p ranks each running the default one thread per core would oversubscribe
+the machine, and OpenBLAS threads spin while they wait for a core (measured on 2 shared cores: a
+1F1B step of ``benchmarks/parallel.py`` on 4 ranks spent ~200 ms of CPU per rank instead of ~20 ms).
 The launcher waits for each rank's report or the end of its process. On the first failure (an
 exception, or a process that ends without reporting) it writes the reason into every other rank's
 abort pipe, so their pending calls raise :class:`PeerFailedError` at once; ranks still running a few
@@ -22,6 +26,7 @@ never waited on fails with :class:`UnfinishedRequestError`.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import pickle
 import secrets
 import signal
@@ -33,10 +38,11 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 import cloudpickle
+from threadpoolctl import ThreadpoolController
 
 from .cost import CostModel
 from .errors import DeadlockError, Failure, LaunchTimeoutError, RankFailedError
-from .group import COLLECTIVE_CHANNEL, ProcessGroup
+from .group import COLLECTIVE_CHANNEL, LANE_CHANNEL, ProcessGroup
 from .shm import unlink_run
 from .sim import SimTransport
 
@@ -56,6 +62,13 @@ def _context() -> BaseContext:
     return mp.get_context("spawn")
 
 
+def blas_threads_per_rank(world_size: int) -> int:
+    """Threads each of ``world_size`` ranks may give its BLAS: the cores this process may run on,
+    shared evenly, at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // world_size)
+
+
 def run_rank(rank: int, world_size: int, token: str, job: bytes, cost: CostModel,
              inbox: dict[int, Connection], outbox: dict[int, Connection], abort: Connection,
              report: Connection, protocol: str = "eager") -> None:
@@ -64,7 +77,10 @@ def run_rank(rank: int, world_size: int, token: str, job: bytes, cost: CostModel
     try:
         fn, args = pickle.loads(job)
         group = ProcessGroup(transport, cost)
-        result = fn(group, *args)
+        blas = ThreadpoolController()
+        current = max((lib["num_threads"] for lib in blas.info() if lib["user_api"] == "blas"), default=1)
+        with blas.limit(limits=min(current, blas_threads_per_rank(world_size)), user_api="blas"):
+            result = fn(group, *args)
         group.check_finished()
         outcome: tuple[str, Any] = ("ok", pickle.dumps(result))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
@@ -108,11 +124,14 @@ def _read_report(rank: int, report: Connection, proc: BaseProcess, blocked: dict
     return Failure(rank, "died", f"its process ended without a result ({_exit_description(proc.exitcode)})")
 
 
+_INSIDE = {COLLECTIVE_CHANNEL: "a collective's ", LANE_CHANNEL: "a non-blocking collective's "}
+
+
 def describe_wait(rank: int, waiting_for: tuple, peer_report: tuple | None = None) -> str:
     """What rank ``rank`` waits for, in words (see ``sim.Wait``), with the counts its peer reported."""
     if waiting_for[0] == "send":
         _, dst, (channel, tag), n, nbytes = waiting_for
-        where = "a collective's send" if channel == COLLECTIVE_CHANNEL else "send"
+        where = _INSIDE.get(channel, "") + "send"
         text = (f"rank {rank} waits in {where} to rank {dst} (tag {tag}, {nbytes} bytes) until rank {dst} starts "
                 f"the matching recv/irecv")
         if peer_report is not None:
@@ -123,7 +142,7 @@ def describe_wait(rank: int, waiting_for: tuple, peer_report: tuple | None = Non
     if kind == "ctl":
         return f"rank {rank} waits in a barrier (or a collective's argument check) for rank {src} to join it"
     channel, tag = key
-    where = "a collective's receive" if channel == COLLECTIVE_CHANNEL else "recv"
+    where = _INSIDE.get(channel, "") + ("receive" if channel in _INSIDE else "recv")
     text = f"rank {rank} waits in {where} from rank {src} (tag {tag})"
     if peer_report is not None:
         text += (f" for message {n}, and rank {src} has sent it {peer_report[1].get((rank, kind, key), 0)} "
