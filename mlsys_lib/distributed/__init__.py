@@ -1,4 +1,4 @@
-"""Data-parallel training beyond one all-reduce (Lab 11, in progress): overlap, sharding, staleness.
+"""Data-parallel training beyond one all-reduce (Lab 11): overlap, sharding, staleness.
 
 * **DDP** (:mod:`.ddp`, :mod:`.timeline`): :class:`DistributedDataParallel` packs gradients into buckets in
   reverse layer order (PyTorch's rule) and issues each one's non-blocking all-reduce as soon as its
