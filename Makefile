@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 GRADER := $(VENV)/etc/jupyter/nbgrader_config.py
 
-.PHONY: setup system-deps course test test-fast lab plots bundle release check clean
+.PHONY: setup system-deps course test test-fast lab plots plots-gpu bundle release check clean
 
 setup: $(STAMP) $(GRADER)
 
@@ -54,6 +54,10 @@ lab: setup
 
 plots: setup
 	$(BIN)/mlsys course figures
+
+## plots-gpu: on a machine with an NVIDIA GPU, time the course's kernels against its peak (*_gpu.png)
+plots-gpu: setup
+	$(BIN)/mlsys course figures --gpu
 
 ## bundle: the student kit for LAB (make bundle LAB=lab03_graph_opt; default: the first lab), in .course/
 bundle: setup

@@ -16,7 +16,7 @@ from .bundle import bundle, default_kit_name, kit_lab
 from .console import Progress, children_to_log
 from .export import LMSES, export_grades
 from .lectures import render_lectures
-from .paths import check_lab, course_dir, lab_names
+from .paths import LECTURES, check_lab, course_dir, lab_names
 from .report import format_table
 from .submissions import find_submissions, format_found
 
@@ -103,10 +103,26 @@ def _report_claims(rendered) -> None:
 
 
 def _cmd_figures(args) -> int:
+    if args.gpu:
+        return _gpu_figures()
     rendered = render_lectures(args.lectures or None)
     for figure in rendered.figures:
         print(f"figure {figure}")
     _report_claims(rendered)
+    return 0
+
+
+def _gpu_figures() -> int:
+    """Time the course's kernels on this machine's GPU (figures next to the simulator's); one line without one."""
+    import mlsys_lib  # noqa: F401 - chooses the backend before numba.cuda is imported
+    from mlsys_lib.kernels import device_info, gpu_available
+    from mlsys_lib.kernels.gpu_session import NO_GPU, gpu_figures
+
+    if not gpu_available():
+        print(NO_GPU.format(reason=device_info()["reason"]))
+        return 0
+    for figure in gpu_figures(LECTURES / "figures"):
+        print(f"figure {figure}")
     return 0
 
 
@@ -249,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_bundle)
     p = sub.add_parser("figures", parents=[verbose], help="execute the lecture notebooks, writing lectures/figures/")
     p.add_argument("lectures", nargs="*")
+    p.add_argument("--gpu", action="store_true",
+                   help="instead, time the course's kernels on this machine's NVIDIA GPU against its peak "
+                        "(figures *_gpu.png); without a GPU say so and exit 0")
     p.set_defaults(run=_cmd_figures)
     p = sub.add_parser("mutate", help="mutation testing: how many one-edit wrong answers the lab's tests catch")
     p.add_argument("lab")

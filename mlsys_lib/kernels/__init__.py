@@ -9,7 +9,9 @@ Importing ``mlsys_lib`` already chose the backend (see :mod:`mlsys_lib.kernels.d
 * instrumented simulation: ``instrument()`` yields a ``Report`` (traffic per block and thread,
   shared-memory races, out-of-bounds accesses), for these kernels and any other;
 * on a GPU: ``time_plan`` (CUDA events), ``time_cupy_matmul`` (cuBLAS);
-* everywhere: ``measure`` and ``roofline_points`` place kernels on a roofline.
+* everywhere: ``measure`` and ``roofline_points`` place kernels on a roofline;
+* the GPU lab session: ``device_peak`` (bandwidth and FP32 peak from the device's attributes),
+  ``gpu_figures`` (every kernel timed against that peak; ``mlsys course figures --gpu``).
 
 Everything but ``device`` is imported lazily, on first use: ``import mlsys_lib`` imports this
 package *before* it selects the backend, and the kernel modules import ``numba.cuda``, which
@@ -33,6 +35,7 @@ _EXPORTS = {
     "HostOp": "plan", "KernelPlan": "plan", "KernelStep": "plan",
     "gpu_available": "timing", "time_plan": "timing", "time_cupy_matmul": "timing",
     "KernelMeasurement": "roofline", "measure": "roofline", "roofline_points": "roofline",
+    "DevicePeak": "gpu_session", "device_peak": "gpu_session", "gpu_figures": "gpu_session",
 }
 
 __all__ = ["DEVICE_ENV", "device_info", *_EXPORTS]
