@@ -42,10 +42,9 @@ class Target:
 
     name: str
     cc: tuple[int, int]
-    example: str  # a GPU of this architecture
 
 
-TARGETS = {t.name: t for t in (Target("sm_80", (8, 0), "A100"), Target("sm_90", (9, 0), "H100"))}
+TARGETS = {t.name: t for t in (Target("sm_80", (8, 0)), Target("sm_90", (9, 0)))}  # A100, H100
 
 #: Shared libraries the offline compile needs (found by ``cuda.pathfinder``: wheels or a CUDA toolkit).
 _LIBRARIES = {"nvvm": "nvidia-nvvm", "nvrtc": "nvidia-cuda-nvrtc", "nvJitLink": "nvidia-nvjitlink"}
@@ -85,13 +84,16 @@ class KernelCase:
 
 def compiler_missing() -> str | None:
     """Why kernels cannot be compiled for a GPU target here, or None when they can."""
-    from cuda import pathfinder
-
-    for lib, wheel in _LIBRARIES.items():
+    install = f"pip install {' '.join(_LIBRARIES.values())} (or install a CUDA toolkit)"
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        return f"cuda-pathfinder is not installed (numba-cuda >= 0.20 brings it); then {install}"
+    for lib in _LIBRARIES:
         try:
             pathfinder.load_nvidia_dynamic_lib(lib)
         except pathfinder.DynamicLibNotFoundError:
-            return f"lib{lib} not found: pip install {' '.join(_LIBRARIES.values())} (or install a CUDA toolkit)"
+            return f"lib{lib} not found: {install}"
     return None
 
 
@@ -122,7 +124,9 @@ def compile_ptx(kernel: Any, argtypes: tuple[Any, ...], tgt: Target) -> str:
     """The PTX of ``kernel`` (a ``cuda.jit`` kernel) for ``argtypes`` on ``tgt``, compiled without a GPU.
 
     Device functions the kernel calls are compiled for the compute capability Numba asks the current
-    device for; here there is none, so that look-up answers ``tgt.cc``.
+    device for; here there is none, so that look-up answers ``tgt.cc``. Numba keeps a device function
+    compiled (to LLVM IR, which the kernel's NVVM run turns into PTX for ``tgt``) for the first
+    target it met; for what these kernels use its lowering tells capabilities apart only below 8.0.
     """
     if current_backend() == "sim":
         raise RuntimeError("compiling for a GPU target needs Numba's CUDA target, not the simulator: "
@@ -137,7 +141,7 @@ def compile_ptx(kernel: Any, argtypes: tuple[Any, ...], tgt: Target) -> str:
 
 
 def link(name: str, ptx: str, tgt: Target) -> tuple[bytes, str]:
-    """``(cubin, nvJitLink's verbose log)`` for the PTX linked for ``tgt``; RuntimeError if it does not link."""
+    """``(cubin, nvJitLink's verbose log)`` for the PTX linked for ``tgt``; the linker's error if it does not link."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     linker = Linker(ObjectCode.from_ptx(ptx.encode(), name=name),
