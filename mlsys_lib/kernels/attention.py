@@ -65,7 +65,13 @@ def _softmax_rows_kernel(S):
 
 @functools.lru_cache(maxsize=None)
 def _attention_fused_kernel(block_q: int, block_k: int, d: int, dv: int):
-    """The fused kernel for ``block_q`` query rows per block, ``block_k`` keys per tile, head sizes d and dv."""
+    """The fused kernel for ``block_q`` query rows per block, ``block_k`` keys per tile, head sizes d and dv.
+
+    ValueError if its three shared-memory tiles, ``4 (block_q d + block_k (d + dv))`` bytes, exceed
+    the 48 KiB a block may declare statically (no GPU could launch it).
+    """
+    shared_bytes(f"block_q={block_q}, block_k={block_k} with d={d}, dv={dv}",
+                 4 * (block_q * d + block_k * (d + dv)))
 
     @cuda.jit
     def attention_fused_kernel(Q, K, V, O, scale, causal):
@@ -179,14 +185,13 @@ def attention_fused(Q: np.ndarray, K: np.ndarray, V: np.ndarray, causal: bool = 
     block_k = positive_int("block_k", block_k)
     block_threads("block_q", block_q)
     (n, d), (m, dv) = Q.shape, V.shape
-    shared_bytes(f"block_q={block_q}, block_k={block_k} with d={d}, dv={dv}",
-                 4 * (block_q * d + block_k * (d + dv)))
+    kernel = _attention_fused_kernel(block_q, block_k, d, dv)
     blocks = ceil_div(n, block_q)
     key_rows = 0  # K and V rows each block loads: whole tiles up to its last key, clipped at m
     for b in range(blocks):
         kv_end = min(m, (b + 1) * block_q) if causal else m
         key_rows += min(m, ceil_div(kv_end, block_k) * block_k)
-    step = KernelStep(_attention_fused_kernel(block_q, block_k, d, dv), (blocks,), (block_q,),
+    step = KernelStep(kernel, (blocks,), (block_q,),
                       (Q, K, V, O, scale, bool(causal)))
     return KernelPlan("attention_fused", (step,), O, flops=2 * (d + dv) * unmasked,
                       modeled_bytes=4 * (n * d + key_rows * (d + dv) + n * dv))

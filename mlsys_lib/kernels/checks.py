@@ -12,6 +12,8 @@ import numpy as np
 MAX_THREADS_PER_BLOCK = 1024
 #: Static shared memory one block may declare [bytes] (48 KiB on every CUDA GPU).
 MAX_SHARED_BYTES = 48 * 1024
+#: 32-bit registers one block may use (64K on every CUDA GPU from compute capability 5.0 to 9.0).
+MAX_REGISTERS_PER_BLOCK = 64 * 1024
 
 
 def float32_array(name: str, a: object, ndim: int) -> np.ndarray:
@@ -53,6 +55,20 @@ def shared_bytes(name: str, nbytes: int) -> None:
     if nbytes > MAX_SHARED_BYTES:
         raise ValueError(f"{name} needs {nbytes} bytes of shared memory per block; at most "
                          f"{MAX_SHARED_BYTES} can be declared statically")
+
+
+def block_registers(name: str, threads: int, registers_per_thread: int) -> None:
+    """ValueError if ``threads`` threads of ``registers_per_thread`` registers each overflow the register file.
+
+    A block's threads share one register file of :data:`MAX_REGISTERS_PER_BLOCK` 32-bit registers;
+    a launch needing more fails on the GPU ("too many resources requested for launch").
+    """
+    registers_per_thread = positive_int("registers_per_thread", registers_per_thread)
+    needed = threads * registers_per_thread
+    if needed > MAX_REGISTERS_PER_BLOCK:
+        most = MAX_REGISTERS_PER_BLOCK // registers_per_thread
+        raise ValueError(f"{name}: {threads} threads x {registers_per_thread} registers = {needed} registers per "
+                         f"block; a block may use at most {MAX_REGISTERS_PER_BLOCK}, so at most {most} threads")
 
 
 def ceil_div(a: int, b: int) -> int:
