@@ -6,7 +6,9 @@ array is a :class:`TracedArray` over the same data instead. On every element acc
 
 1. checks the index against the shape (negative indices count as out of bounds: a CUDA kernel that
    computes ``i - 1`` at ``i = 0`` has a bug even though Numba would wrap it around);
-2. adds one to the accessing thread's read or write counter for that array;
+2. adds one to the accessing thread's read or write counter for that array, and logs the access
+   (code position, how often this thread ran it before, array, load/store, byte address) for the
+   warp-level analysis of :mod:`~mlsys_lib.kernels.warps` at the end of the launch;
 3. for shared memory, checks the address against a *shadow* entry ``[epoch, writer, reader,
    another reader]``: the epoch is how many ``syncthreads`` the thread has passed, so two accesses
    with the same epoch by different threads are unordered, and they race if one is a write.
@@ -20,22 +22,28 @@ from __future__ import annotations
 import functools
 import linecache
 import operator
+import itertools
 import re
+import sys
 import threading
 from typing import Any, Callable
 
 import numpy as np
 
-from .report import COUNT_KINDS, ArrayTraffic, LaunchRecord, OutOfBounds, Race
+from .report import COUNT_KINDS, ArrayTraffic, LaunchRecord, OutOfBounds, Race, Requests
+from .warps import analyze
 
 _current_thread = threading.current_thread
+_getframe = sys._getframe
 _NONE = -1  # no thread in a shadow entry's writer / reader field
 
 
 class ThreadProbe:
-    """One simulated thread's counters (``counters[2 r]`` reads, ``counters[2 r + 1]`` writes of region r) and epoch."""
+    """One simulated thread's counters (``counters[2 r]`` reads, ``counters[2 r + 1]`` writes of region r), epoch,
+    and access log: ``log`` holds (site, occurrence, region, is_store, byte address) per access, ``seen`` how
+    many times the thread ran each site so far."""
 
-    __slots__ = ("block", "thread", "linear", "counters", "epoch")
+    __slots__ = ("block", "thread", "linear", "counters", "epoch", "log", "seen")
 
     def __init__(self, block: tuple[int, int, int], thread: tuple[int, int, int], linear: int, regions: int) -> None:
         self.block = block
@@ -43,18 +51,29 @@ class ThreadProbe:
         self.linear = linear
         self.counters = [0] * (2 * regions)
         self.epoch = 0
+        self.log: list[tuple[int, int, int, int, int]] = []
+        self.seen: dict[int, int] = {}
+
+    def record(self, site: int, region: int, store: int, address: int) -> None:
+        """Log one access of ``region`` at code site ``site``."""
+        seen = self.seen
+        occurrence = seen.get(site, 0)
+        seen[site] = occurrence + 1
+        self.log.append((site, occurrence, region, store, address))
 
 
 class Region:
-    """An array the launch touches: a kernel argument ("global") or a shared-array declaration ("shared")."""
+    """An array the launch touches: a kernel argument ("global") or a shared-array declaration ("shared",
+    ``nbytes`` per block)."""
 
-    __slots__ = ("name", "memory", "slot", "itemsize")
+    __slots__ = ("name", "memory", "slot", "itemsize", "nbytes")
 
-    def __init__(self, name: str, memory: str, slot: int, itemsize: int) -> None:
+    def __init__(self, name: str, memory: str, slot: int, itemsize: int, nbytes: int = 0) -> None:
         self.name = name
         self.memory = memory
         self.slot = slot
         self.itemsize = itemsize
+        self.nbytes = nbytes
 
 
 class Recorder:
@@ -68,6 +87,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.regions: list[Region] = []
         self.probes: list[ThreadProbe] = []
+        self.sites: dict[tuple[Any, int], int] = {}  # (code object, bytecode offset) of an access -> site id
         self.shared: dict[object, tuple[tuple[int, int, int], TracedArray]] = {}
         self.races: list[Race] = []
         self.race_count = 0
@@ -75,8 +95,8 @@ class Recorder:
         self.out_of_bounds_count = 0
 
     # -- set-up ------------------------------------------------------------------------------
-    def _region(self, name: str, memory: str, itemsize: int) -> Region:
-        region = Region(name, memory, len(self.regions), itemsize)
+    def _region(self, name: str, memory: str, itemsize: int, nbytes: int = 0) -> Region:
+        region = Region(name, memory, len(self.regions), itemsize, nbytes)
         self.regions.append(region)
         return region
 
@@ -99,7 +119,7 @@ class Recorder:
                 region = current[1].region if current is not None else None
                 buffer = make()
                 if region is None:
-                    region = self._region(name, "shared", buffer.itemsize)
+                    region = self._region(name, "shared", buffer.itemsize, buffer.nbytes)
                 current = (block, TracedArray(buffer, region, self, {}))
                 self.shared[site] = current
             return current[1]
@@ -110,6 +130,15 @@ class Recorder:
         thread._mlsys_probe = probe
         self.probes.append(probe)
         return probe
+
+    def site(self, frame: Any) -> int:
+        """The id of the access site ``frame`` is at (its code object and bytecode offset)."""
+        key = (frame.f_code, frame.f_lasti)
+        site = self.sites.get(key)
+        if site is None:
+            with self.lock:
+                site = self.sites.setdefault(key, len(self.sites))
+        return site
 
     # -- what the probes report ----------------------------------------------------------------
     def shared_access(self, probe: ThreadProbe, array: TracedArray, address: int, index: tuple, write: bool) -> None:
@@ -169,10 +198,16 @@ class Recorder:
             np.add.at(grid, (blocks, threads), per_probe[:, columns].sum(axis=1))
             counts[kind] = grid
         totals = per_probe.sum(axis=0)
-        arrays = tuple(ArrayTraffic(r.name, r.memory, r.itemsize, int(totals[2 * r.slot]), int(totals[2 * r.slot + 1]))
+        log = np.array(list(itertools.chain.from_iterable(p.log for p in self.probes)), dtype=np.int64).reshape(-1, 5)
+        probe_of_row = np.repeat(np.arange(len(self.probes)), [len(p.log) for p in self.probes])
+        requests, warps = analyze(np.column_stack([probe_of_row, log]), blocks, threads, bx * by * bz,
+                                  [r.itemsize for r in self.regions], [r.memory == "shared" for r in self.regions])
+        arrays = tuple(ArrayTraffic(r.name, r.memory, r.itemsize, int(totals[2 * r.slot]), int(totals[2 * r.slot + 1]),
+                                    requests.get((r.slot, False), Requests()), requests.get((r.slot, True), Requests()))
                        for r in self.regions)
         return LaunchRecord(self.kernel, self.grid, self.block, counts, arrays, tuple(self.races), self.race_count,
-                            tuple(self.out_of_bounds), self.out_of_bounds_count)
+                            tuple(self.out_of_bounds), self.out_of_bounds_count, warps,
+                            sum(r.nbytes for r in self.regions))
 
 
 class TracedArray:
@@ -255,6 +290,7 @@ class TracedArray:
             self.recorder.bad_index(probe, self, index, "read")
             return self._fill
         self._count(probe, self._reads)
+        probe.record(self.recorder.site(_getframe(1)), self.region.slot, 0, address)
         if self.shadow is not None:
             self.recorder.shared_access(probe, self, address, index, False)
         return self.data[index]
@@ -272,6 +308,7 @@ class TracedArray:
             self.recorder.bad_index(probe, self, index, "write")
             return
         self._count(probe, self._writes)
+        probe.record(self.recorder.site(_getframe(1)), self.region.slot, 1, address)
         if self.shadow is not None:
             self.recorder.shared_access(probe, self, address, index, True)
         self.data[index] = value

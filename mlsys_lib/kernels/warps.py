@@ -1,0 +1,99 @@
+"""Warp-level view of an instrumented launch: requests, 32-byte sectors, bank conflicts, divergence.
+
+A GPU issues memory instructions per *warp* (32 consecutive threads of a block, linear thread id
+``x + X * (y + Y * z)``), not per thread. The instrument logs every element access of every thread
+as (site, occurrence, array, load/store, byte address), where the *site* is the code position of
+the access and the *occurrence* how many times that thread ran it before. The accesses of one warp
+with the same site, occurrence, array and direction form one **request**, what the hardware would
+issue as one instruction. Per request (:func:`analyze`, vectorized over the whole launch):
+
+* global memory: **sectors** = distinct 32-byte segments of the array the request touches (arrays
+  start 256-byte aligned, as ``cudaMalloc`` returns them): a coalesced float32 warp needs 4, a
+  float64 warp 8, a stride of 32 floats 32 (Nsight Compute: ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum``
+  over ``l1tex__t_requests...``, "sectors per request");
+* shared memory: 32 banks of 4-byte words, word ``w`` in bank ``w % 32`` (each shared array starts
+  at bank 0). **Wavefronts** = the most distinct words any one bank serves (threads reading the same
+  word share it: a broadcast is free); **bank conflicts** = wavefronts minus the fewest a request of
+  that many words needs, ``ceil(words / 32)``, so a column of a 32 x 32 float tile costs 31 and an
+  8-byte access of a full warp none (Nsight: ``l1tex__data_bank_conflicts_pipe_lsu_mem_shared``);
+* **divergence**: a request made by some but not all of the warp's threads (those of the block
+  that fall in the warp) is *divergent*: the warp ran that access with lanes masked off, because of
+  a branch or a loop the lanes left at different times. Only branches that access arrays are seen.
+  ``1 - divergent / requests`` approximates Nsight's branch efficiency.
+
+The grouping by occurrence assumes the lanes of a warp run a site the same number of times up to a
+branch; a site reached by different lanes in different iterations of one loop counts as fewer,
+fuller requests than the hardware issues.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .report import Requests, WarpStats
+
+WARP_SIZE = 32
+SECTOR_BYTES = 32
+BANKS = 32
+BANK_BYTES = 4
+
+
+def analyze(log: np.ndarray, block: np.ndarray, thread: np.ndarray, threads_per_block: int,
+            itemsizes: list[int], shared: list[bool]) -> tuple[dict[tuple[int, bool], Requests], WarpStats]:
+    """Requests per (region, is_store) and the launch's divergence, from the access ``log``.
+
+    ``log`` is int64 (n_accesses, 6), one row per element access: probe (index into ``block`` and
+    ``thread``, the linear block and thread id of the accessing thread), site, occurrence, region,
+    is_store (0 or 1), byte address in the region. Region ``r`` has elements of ``itemsizes[r]``
+    bytes and is shared memory if ``shared[r]``, global memory otherwise.
+    """
+    if len(log) == 0:
+        return {}, WarpStats()
+    probe, site, occurrence, region, store, address = log.T
+    warps_per_block = -(-threads_per_block // WARP_SIZE)
+    warp = block[probe] * warps_per_block + thread[probe] // WARP_SIZE
+    keys = np.stack([warp, region, store, site, occurrence])
+    request_keys, request = np.unique(keys, axis=1, return_inverse=True)
+    request = request.ravel()
+    n_requests = request_keys.shape[1]
+    lanes = np.bincount(request, minlength=n_requests)
+    first_thread = (request_keys[0] % warps_per_block) * WARP_SIZE
+    divergent = lanes < np.minimum(WARP_SIZE, threads_per_block - first_thread)
+
+    size = np.asarray(itemsizes, dtype=np.int64)[region]
+    is_shared = np.asarray(shared, dtype=bool)[region]
+    sectors = _distinct_units(request[~is_shared], address[~is_shared], size[~is_shared], SECTOR_BYTES, n_requests)
+    wavefronts, conflicts = _bank_wavefronts(request[is_shared], address[is_shared], size[is_shared], n_requests)
+
+    requests = {}
+    for r, s in {(int(r), bool(s)) for r, s in zip(request_keys[1], request_keys[2])}:
+        mine = (request_keys[1] == r) & (request_keys[2] == s)
+        requests[(r, s)] = Requests(int(mine.sum()), int(sectors[mine].sum()), int(wavefronts[mine].sum()),
+                                    int(conflicts[mine].sum()))
+    stats = WarpStats(n_requests, int(divergent.sum()), len(np.unique(request_keys[0][divergent])))
+    return requests, stats
+
+
+def _units(request: np.ndarray, address: np.ndarray, size: np.ndarray, unit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every (request, unit index) an access covers: bytes ``address .. address + size - 1`` in ``unit``-byte units."""
+    first = address // unit
+    count = (address + size - 1) // unit - first + 1
+    starts = np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(request, count), np.repeat(first, count) + np.arange(int(count.sum())) - starts
+
+
+def _distinct_units(request: np.ndarray, address: np.ndarray, size: np.ndarray, unit: int, n: int) -> np.ndarray:
+    """Per request, how many distinct ``unit``-byte segments its accesses touch: int64 (n,)."""
+    pairs = np.unique(np.stack(_units(request, address, size, unit)), axis=1)
+    return np.bincount(pairs[0], minlength=n)
+
+
+def _bank_wavefronts(request: np.ndarray, address: np.ndarray, size: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, shared-memory wavefronts (the busiest bank's distinct words) and bank conflicts."""
+    words = np.unique(np.stack(_units(request, address, size, BANK_BYTES)), axis=1)  # distinct (request, word)
+    banks = np.unique(np.stack([words[0], words[1] % BANKS]), axis=1, return_counts=True)
+    (bank_request, _), per_bank = banks
+    wavefronts = np.zeros(n, dtype=np.int64)
+    np.maximum.at(wavefronts, bank_request, per_bank)
+    ideal = -(-np.bincount(words[0], minlength=n) // BANKS)
+    return wavefronts, wavefronts - ideal
