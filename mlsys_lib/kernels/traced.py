@@ -88,6 +88,7 @@ class Recorder:
         self.regions: list[Region] = []
         self.probes: list[ThreadProbe] = []
         self.sites: dict[tuple[Any, int], int] = {}  # (code object, bytecode offset) of an access -> site id
+        self.positions: dict[tuple[Any, object], int] = {}  # (code object, source position) -> site id
         self.shared: dict[object, tuple[tuple[int, int, int], TracedArray]] = {}
         self.races: list[Race] = []
         self.race_count = 0
@@ -132,12 +133,17 @@ class Recorder:
         return probe
 
     def site(self, frame: Any) -> int:
-        """The id of the access site ``frame`` is at (its code object and bytecode offset)."""
+        """The id of the access site ``frame`` is at: its code object and the source position of the access.
+
+        The position, not the bytecode offset: Python 3.11 reports a different offset for the same
+        subscript once its interpreter has specialized the instruction.
+        """
         key = (frame.f_code, frame.f_lasti)
         site = self.sites.get(key)
         if site is None:
             with self.lock:
-                site = self.sites.setdefault(key, len(self.sites))
+                position = (frame.f_code, source_position(frame.f_code, frame.f_lasti))
+                site = self.sites[key] = self.positions.setdefault(position, len(self.positions))
         return site
 
     # -- what the probes report ----------------------------------------------------------------
@@ -325,6 +331,15 @@ class TracedArray:
         self._count(probe, self._reads)
         self._count(probe, self._writes)
         return operation(self.data, *args)
+
+
+def source_position(code: Any, offset: int) -> object:
+    """(line, end line, column, end column) of the instruction at bytecode ``offset`` of ``code`` (its line
+    before Python 3.11); the inline caches that follow an instruction share its position."""
+    positions = getattr(code, "co_positions", None)
+    if positions is None:
+        return next(line for start, end, line in code.co_lines() if start <= offset < end)
+    return next(itertools.islice(positions(), offset // 2, None))
 
 
 def _plain(index: Any) -> tuple[int, ...]:
