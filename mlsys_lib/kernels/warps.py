@@ -52,12 +52,11 @@ def analyze(log: np.ndarray, block: np.ndarray, thread: np.ndarray, threads_per_
     probe, site, occurrence, region, store, address = log.T
     warps_per_block = -(-threads_per_block // WARP_SIZE)
     warp = block[probe] * warps_per_block + thread[probe] // WARP_SIZE
-    keys = np.stack([warp, region, store, site, occurrence])
-    request_keys, request = np.unique(keys, axis=1, return_inverse=True)
-    request = request.ravel()
-    n_requests = request_keys.shape[1]
+    request, first = _group(warp, region, store, site, occurrence)
+    n_requests = len(first)
     lanes = np.bincount(request, minlength=n_requests)
-    first_thread = (request_keys[0] % warps_per_block) * WARP_SIZE
+    request_warp = warp[first]
+    first_thread = (request_warp % warps_per_block) * WARP_SIZE
     divergent = lanes < np.minimum(WARP_SIZE, threads_per_block - first_thread)
 
     size = np.asarray(itemsizes, dtype=np.int64)[region]
@@ -65,13 +64,24 @@ def analyze(log: np.ndarray, block: np.ndarray, thread: np.ndarray, threads_per_
     sectors = _distinct_units(request[~is_shared], address[~is_shared], size[~is_shared], SECTOR_BYTES, n_requests)
     wavefronts, conflicts = _bank_wavefronts(request[is_shared], address[is_shared], size[is_shared], n_requests)
 
-    requests = {}
-    for r, s in {(int(r), bool(s)) for r, s in zip(request_keys[1], request_keys[2])}:
-        mine = (request_keys[1] == r) & (request_keys[2] == s)
-        requests[(r, s)] = Requests(int(mine.sum()), int(sectors[mine].sum()), int(wavefronts[mine].sum()),
-                                    int(conflicts[mine].sum()))
-    stats = WarpStats(n_requests, int(divergent.sum()), len(np.unique(request_keys[0][divergent])))
+    kind = 2 * region[first] + store[first]  # (region, is_store) of each request
+    totals = [np.bincount(kind, weights=w) for w in (None, sectors, wavefronts, conflicts)]
+    requests = {(k // 2, bool(k % 2)): Requests(*(int(t[k]) for t in totals)) for k in np.unique(kind).tolist()}
+    stats = WarpStats(n_requests, int(divergent.sum()), len(np.unique(request_warp[divergent])))
     return requests, stats
+
+
+def _group(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows with equal values in every column form a group: (group id of each row, first row of each group)."""
+    order = np.lexsort(columns[::-1])
+    starts = np.zeros(len(order), dtype=bool)
+    starts[:1] = True
+    for column in columns:
+        ordered = column[order]
+        starts[1:] |= ordered[1:] != ordered[:-1]
+    group = np.empty(len(order), dtype=np.int64)
+    group[order] = np.cumsum(starts) - 1
+    return group, order[starts]
 
 
 def _units(request: np.ndarray, address: np.ndarray, size: np.ndarray, unit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,16 +94,18 @@ def _units(request: np.ndarray, address: np.ndarray, size: np.ndarray, unit: int
 
 def _distinct_units(request: np.ndarray, address: np.ndarray, size: np.ndarray, unit: int, n: int) -> np.ndarray:
     """Per request, how many distinct ``unit``-byte segments its accesses touch: int64 (n,)."""
-    pairs = np.unique(np.stack(_units(request, address, size, unit)), axis=1)
-    return np.bincount(pairs[0], minlength=n)
+    requests, units = _units(request, address, size, unit)
+    _, first = _group(requests, units)
+    return np.bincount(requests[first], minlength=n)
 
 
 def _bank_wavefronts(request: np.ndarray, address: np.ndarray, size: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per request, shared-memory wavefronts (the busiest bank's distinct words) and bank conflicts."""
-    words = np.unique(np.stack(_units(request, address, size, BANK_BYTES)), axis=1)  # distinct (request, word)
-    banks = np.unique(np.stack([words[0], words[1] % BANKS]), axis=1, return_counts=True)
-    (bank_request, _), per_bank = banks
+    requests, words = _units(request, address, size, BANK_BYTES)
+    _, first = _group(requests, words)
+    requests, words = requests[first], words[first]  # each distinct (request, word) once
+    bank_group, bank_first = _group(requests, words % BANKS)
     wavefronts = np.zeros(n, dtype=np.int64)
-    np.maximum.at(wavefronts, bank_request, per_bank)
-    ideal = -(-np.bincount(words[0], minlength=n) // BANKS)
+    np.maximum.at(wavefronts, requests[bank_first], np.bincount(bank_group))
+    ideal = -(-np.bincount(requests, minlength=n) // BANKS)
     return wavefronts, wavefronts - ideal
