@@ -16,6 +16,9 @@ While the block is active, four pieces of Numba's CUDA simulator are wrapped (an
   epoch, which is what makes two accesses ordered or not for race detection;
 * ``cuda.atomic.*`` on a traced array counts one read and one write and is never a race.
 
+The simulator starts one Python thread per thread of a block; during an instrumented launch they get
+1 MiB stacks (:data:`THREAD_STACK_BYTES`), so that full 32 x 32 blocks fit a 4 GiB address space.
+
 Works only under the simulator (``MLSYS_DEVICE=sim``, or a machine without a GPU). Only element
 accesses of arrays are counted: local arrays (``cuda.local.array``) are registers and not counted.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 from unittest import mock
@@ -36,6 +40,9 @@ from .traced import Recorder, TracedArray, declared_name
 
 _recorder: Recorder | None = None  # the launch being recorded (the simulator runs one launch at a time)
 _active = False
+#: Stack size of the simulator's threads during an instrumented launch [bytes]: a 1024-thread block then
+#: reserves 1 GiB of address space instead of 8 GiB at Linux's default 8 MiB (the grader allows 4 GiB).
+THREAD_STACK_BYTES = 1 << 20
 
 
 @contextmanager
@@ -92,9 +99,11 @@ def _traced_launch(launch: Any, report: Report, limit: int) -> Any:
         names = list(inspect.signature(kernel.py_func).parameters)
         names += [f"arg{i}" for i in range(len(names), len(args))]
         _recorder = recorder
+        stack = threading.stack_size(THREAD_STACK_BYTES)
         try:
             return launch(kernel, *(recorder.argument(name, arg) for name, arg in zip(names, args)))
         finally:
+            threading.stack_size(stack)
             _recorder = None
             report.launches.append(recorder.finish())
 
