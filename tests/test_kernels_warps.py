@@ -105,6 +105,46 @@ def test_each_loop_iteration_is_its_own_request():
     assert (loads.requests, loads.sectors) == (5, 5 * 4)
 
 
+@cuda.jit(device=True)
+def load(a, i):
+    return a[i]
+
+
+def test_accesses_in_a_device_function_form_one_request_per_call():
+    @cuda.jit
+    def two_loads(src, dst):  # lane t: src[t] (a warp: 4 sectors), then src[32 t] (32 sectors)
+        t = cuda.threadIdx.x
+        dst[t] = load(src, t) + load(src, 32 * t)
+
+    src, dst = np.arange(32 * 32, dtype=np.float32), np.zeros(32, np.float32)
+    with instrument() as report:
+        two_loads[1, 32](src, dst)
+    np.testing.assert_array_equal(dst, src[:32] + src[::32])
+    loads = report.launches[0].array("src").loads
+    assert (loads.requests, loads.sectors) == (2, 4 + 32)
+
+
+def test_a_barrier_separates_the_requests_of_lanes_that_skipped_an_iteration():
+    @cuda.jit
+    def staggered(src, out):
+        t = cuda.threadIdx.x
+        acc = 0.0
+        for k in range(2):
+            if k == 1 or t < 16:  # k = 0: lanes 0..15 read src[16..31]; k = 1: all 32 lanes read src[0..31]
+                acc += src[t + 16 * (1 - k)]
+            cuda.syncthreads()
+        out[t] = acc
+
+    src, out = np.arange(32, dtype=np.float32), np.zeros(32, np.float32)
+    with instrument() as report:
+        staggered[1, 32](src, out)
+    loads, warps = report.launches[0].array("src").loads, report.launches[0].warps
+    # bytes 64..127 (sectors 2, 3), then bytes 0..127 (4 sectors); without the barrier's epoch, lanes 16..31's
+    # first read would join lanes 0..15's first: 2 + 2 sectors
+    assert (loads.requests, loads.sectors) == (2, 2 + 4)
+    assert (warps.divergent_requests, warps.divergent_warps) == (1, 1)
+
+
 def tile_column_read(width: int):
     """A 32 x 32 float tile (rows ``width`` floats long) written along rows, read along columns."""
     @cuda.jit

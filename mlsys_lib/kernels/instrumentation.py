@@ -95,7 +95,7 @@ def _traced_launch(launch: Any, report: Report, limit: int) -> Any:
         if kernel._device or _get_kernel_context() is not None:  # a device function called from a kernel
             return launch(kernel, *args)
         grid, block = normalize_kernel_dimensions(kernel.grid_dim, kernel.block_dim)
-        recorder = Recorder(kernel.__name__, grid, block, limit)
+        recorder = Recorder(kernel.__name__, grid, block, limit, kernel.py_func.__code__)
         names = list(inspect.signature(kernel.py_func).parameters)
         names += [f"arg{i}" for i in range(len(names), len(args))]
         _recorder = recorder
@@ -135,7 +135,7 @@ def _counted_sync(sync: Any) -> Any:
 
     def counted_sync(thread: Any) -> None:
         probe = getattr(thread, "_mlsys_probe", None) or _recorder.register(thread)
-        probe.epoch += 1
+        probe.barrier()
         sync(thread)
 
     return counted_sync

@@ -2,10 +2,12 @@
 
 A GPU issues memory instructions per *warp* (32 consecutive threads of a block, linear thread id
 ``x + X * (y + Y * z)``), not per thread. The instrument logs every element access of every thread
-as (site, occurrence, array, load/store, byte address), where the *site* is the code position of
-the access and the *occurrence* how many times that thread ran it before. The accesses of one warp
-with the same site, occurrence, array and direction form one **request**, what the hardware would
-issue as one instruction. Per request (:func:`analyze`, vectorized over the whole launch):
+as (site, epoch, occurrence, array, load/store, byte address): the *site* is the source position
+the kernel's own code is at (the subscript, or the call of the device function that made the
+access), the *epoch* how many ``syncthreads`` the thread passed, the *occurrence* how many times the
+thread ran that site before in this epoch. The accesses of one warp with the same site, epoch,
+occurrence, array and direction form one **request**, what the hardware would issue as one
+instruction. Per request (:func:`analyze`, vectorized over the whole launch):
 
 * global memory: **sectors** = distinct 32-byte segments of the array the request touches (arrays
   start 256-byte aligned, as ``cudaMalloc`` returns them): a coalesced float32 warp needs 4, a
@@ -21,9 +23,10 @@ issue as one instruction. Per request (:func:`analyze`, vectorized over the whol
   a branch or a loop the lanes left at different times. Only branches that access arrays are seen.
   ``1 - divergent / requests`` approximates Nsight's branch efficiency.
 
-The grouping by occurrence assumes the lanes of a warp run a site the same number of times up to a
-branch; a site reached by different lanes in different iterations of one loop counts as fewer,
-fuller requests than the hardware issues.
+The grouping by occurrence assumes the lanes of a warp run a site the same number of times between
+two barriers up to a branch; a site reached by different lanes in different iterations of one loop
+counts as fewer, fuller requests than the hardware issues. Atomics count as reads and writes but
+form no requests.
 """
 
 from __future__ import annotations
@@ -42,17 +45,17 @@ def analyze(log: np.ndarray, block: np.ndarray, thread: np.ndarray, threads_per_
             itemsizes: list[int], shared: list[bool]) -> tuple[dict[tuple[int, bool], Requests], WarpStats]:
     """Requests per (region, is_store) and the launch's divergence, from the access ``log``.
 
-    ``log`` is int64 (n_accesses, 6), one row per element access: probe (index into ``block`` and
-    ``thread``, the linear block and thread id of the accessing thread), site, occurrence, region,
-    is_store (0 or 1), byte address in the region. Region ``r`` has elements of ``itemsizes[r]``
+    ``log`` is int64 (n_accesses, 7), one row per element access: probe (index into ``block`` and
+    ``thread``, the linear block and thread id of the accessing thread), site, epoch, occurrence,
+    region, is_store (0 or 1), byte address in the region. Region ``r`` has elements of ``itemsizes[r]``
     bytes and is shared memory if ``shared[r]``, global memory otherwise.
     """
     if len(log) == 0:
         return {}, WarpStats()
-    probe, site, occurrence, region, store, address = log.T
+    probe, site, epoch, occurrence, region, store, address = log.T
     warps_per_block = -(-threads_per_block // WARP_SIZE)
     warp = block[probe] * warps_per_block + thread[probe] // WARP_SIZE
-    request, first = _group(warp, region, store, site, occurrence)
+    request, first = _group(warp, region, store, site, epoch, occurrence)
     n_requests = len(first)
     lanes = np.bincount(request, minlength=n_requests)
     request_warp = warp[first]
