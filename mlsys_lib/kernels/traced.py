@@ -23,9 +23,9 @@ A :class:`Recorder` holds the state of one launch and turns it into a
 from __future__ import annotations
 
 import functools
+import itertools
 import linecache
 import operator
-import itertools
 import re
 import sys
 import threading

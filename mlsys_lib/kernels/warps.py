@@ -11,8 +11,9 @@ instruction. Per request (:func:`analyze`, vectorized over the whole launch):
 
 * global memory: **sectors** = distinct 32-byte segments of the array the request touches (arrays
   start 256-byte aligned, as ``cudaMalloc`` returns them): a coalesced float32 warp needs 4, a
-  float64 warp 8, a stride of 32 floats 32 (Nsight Compute: ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum``
-  over ``l1tex__t_requests...``, "sectors per request");
+  float64 warp 8, a stride of 32 floats 32 (Nsight Compute's sectors per request:
+  ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum / l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum``,
+  ``_op_st`` for stores);
 * shared memory: 32 banks of 4-byte words, word ``w`` in bank ``w % 32`` (each shared array starts
   at bank 0). **Wavefronts** = the most distinct words any one bank serves (threads reading the same
   word share it: a broadcast is free); **bank conflicts** = wavefronts minus the fewest a request of
