@@ -50,6 +50,9 @@ def test_coalesced_float32_copy_touches_n_times_4_over_32_sectors():
     assert loads.sectors_per_request == 4.0
     assert report.global_load_sectors == report.global_store_sectors == n * 4 // 32
     assert report.divergent_requests == 0 and report.bank_conflicts == 0
+    assert "global sectors/request 4.0 (loads), 4.0 (stores); shared bank conflicts 0" in report.summary()
+    with pytest.raises(ValueError, match="expected memory 'global' or 'shared'"):
+        report.requests("local", "loads")
 
 
 def test_ragged_copy_last_warp_is_partial_and_divergent():

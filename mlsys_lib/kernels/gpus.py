@@ -112,7 +112,8 @@ def occupancy(block_threads: int, registers_per_thread: int, shared_bytes_per_bl
     }
     if limits["registers"] == 0:
         raise ValueError(f"a block of {block_threads} threads with {registers_per_thread} registers each needs "
-                         f"{warps_per_block * registers_per_warp} registers; an SM of {gpu} has {spec.registers_per_sm}")
+                         f"{warps_per_block * registers_per_warp} registers; an SM of {gpu} has "
+                         f"{spec.registers_per_sm}")
     blocks = min(limits.values())
     return Occupancy(gpu, blocks, blocks * warps_per_block, spec.max_warps_per_sm,
                      tuple(name for name, limit in limits.items() if limit == blocks))

@@ -4,6 +4,7 @@
         matmul_tiled(A, B, tile=4)            # or any student's @cuda.jit kernel, launched as usual
     report.global_reads                       # 2 N^3 / 4 for N x N inputs, N a multiple of 4
     report.launches[0].counts["shared_reads"] # int64 (n_blocks, threads_per_block)
+    report.global_load_sectors, report.bank_conflicts   # per warp request, as Nsight Compute counts them
     assert report.ok, report.summary()        # no races, no out-of-bounds accesses
 
 While the block is active, four pieces of Numba's CUDA simulator are wrapped (and restored after):

@@ -1,4 +1,5 @@
-"""What an instrumented simulation found: memory traffic per thread and per warp, shared-memory races, out-of-bounds accesses.
+"""What an instrumented simulation found: memory traffic per thread and per warp, shared-memory races,
+out-of-bounds accesses.
 
 :func:`mlsys_lib.kernels.instrument` fills a :class:`Report` with one :class:`LaunchRecord` per
 kernel launch. Blocks and threads are named as CUDA names them, ``(x, y, z)`` tuples; where a
@@ -85,7 +86,7 @@ class Requests:
 
     @property
     def sectors_per_request(self) -> float:
-        """Average sectors per request (4 for a coalesced float32 warp, 32 for a stride of 32 floats); 0 without requests."""
+        """Average sectors per request (4 for a coalesced float32 warp, 32 for a stride of 32 floats); 0 if none."""
         return self.sectors / self.requests if self.requests else 0.0
 
 

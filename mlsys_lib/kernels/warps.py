@@ -103,7 +103,8 @@ def _distinct_units(request: np.ndarray, address: np.ndarray, size: np.ndarray, 
     return np.bincount(requests[first], minlength=n)
 
 
-def _bank_wavefronts(request: np.ndarray, address: np.ndarray, size: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _bank_wavefronts(request: np.ndarray, address: np.ndarray, size: np.ndarray,
+                     n: int) -> tuple[np.ndarray, np.ndarray]:
     """Per request, shared-memory wavefronts (the busiest bank's distinct words) and bank conflicts."""
     requests, words = _units(request, address, size, BANK_BYTES)
     _, first = _group(requests, words)
