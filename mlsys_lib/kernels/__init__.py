@@ -7,7 +7,10 @@ Importing ``mlsys_lib`` already chose the backend (see :mod:`mlsys_lib.kernels.d
   ``matmul_register_blocked``, ``attention_naive``, ``attention_fused``;
 * device helpers for tiled kernels: ``load_tile``, ``load_span``, ``block_thread_id``;
 * instrumented simulation: ``instrument()`` yields a ``Report`` (traffic per block and thread,
-  shared-memory races, out-of-bounds accesses), for these kernels and any other;
+  warp requests: global sectors, shared bank conflicts, divergence; shared-memory races,
+  out-of-bounds accesses), for these kernels and any other;
+* ``occupancy(block_threads, registers_per_thread, shared_bytes_per_block, gpu)``: theoretical
+  occupancy from the spec table ``GPUS`` (A100, H100);
 * on a GPU: ``time_plan`` (CUDA events), ``time_cupy_matmul`` (cuBLAS);
 * everywhere: ``measure`` and ``roofline_points`` place kernels on a roofline;
 * the GPU lab session: ``device_peak`` (bandwidth and FP32 peak from the device's attributes),
@@ -31,7 +34,8 @@ _EXPORTS = {
     "load_tile": "tiles", "load_span": "tiles", "block_thread_id": "tiles",
     "instrument": "instrumentation",
     "Report": "report", "LaunchRecord": "report", "Race": "report", "OutOfBounds": "report",
-    "ArrayTraffic": "report", "COUNT_KINDS": "report",
+    "ArrayTraffic": "report", "COUNT_KINDS": "report", "Requests": "report", "WarpStats": "report",
+    "occupancy": "gpus", "Occupancy": "gpus", "GpuSpec": "gpus", "GPUS": "gpus",
     "HostOp": "plan", "KernelPlan": "plan", "KernelStep": "plan",
     "gpu_available": "timing", "time_plan": "timing", "time_cupy_matmul": "timing",
     "KernelMeasurement": "roofline", "measure": "roofline", "roofline_points": "roofline",

@@ -1,4 +1,5 @@
-"""What an instrumented simulation found: memory traffic per thread, shared-memory races, out-of-bounds accesses.
+"""What an instrumented simulation found: memory traffic per thread and per warp, shared-memory races,
+out-of-bounds accesses.
 
 :func:`mlsys_lib.kernels.instrument` fills a :class:`Report` with one :class:`LaunchRecord` per
 kernel launch. Blocks and threads are named as CUDA names them, ``(x, y, z)`` tuples; where a
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .gpus import Occupancy, occupancy
 
 Dim3 = tuple[int, int, int]
 
@@ -65,14 +68,58 @@ class OutOfBounds:
 
 
 @dataclass(frozen=True)
+class Requests:
+    """Warp-level memory requests (loads or stores) as Nsight Compute counts them; see :mod:`.warps`.
+
+    ``sectors`` (32-byte segments, summed over requests) is counted for global memory,
+    ``wavefronts`` and ``bank_conflicts`` for shared memory; the other fields stay 0.
+    """
+
+    requests: int = 0
+    sectors: int = 0
+    wavefronts: int = 0
+    bank_conflicts: int = 0
+
+    def __add__(self, other: Requests) -> Requests:
+        return Requests(self.requests + other.requests, self.sectors + other.sectors,
+                        self.wavefronts + other.wavefronts, self.bank_conflicts + other.bank_conflicts)
+
+    @property
+    def sectors_per_request(self) -> float:
+        """Average sectors per request (4 for a coalesced float32 warp, 32 for a stride of 32 floats); 0 if none."""
+        return self.sectors / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class WarpStats:
+    """A launch's warp requests (every array, loads and stores) and the divergent ones among them.
+
+    A request is divergent when only some of its warp's threads made it; ``divergent_warps``
+    counts the warps with at least one divergent request.
+    """
+
+    requests: int = 0
+    divergent_requests: int = 0
+    divergent_warps: int = 0
+
+    @property
+    def branch_efficiency(self) -> float:
+        """Fraction of requests the whole warp made (approximates Nsight's branch efficiency); 1 without requests."""
+        return 1 - self.divergent_requests / self.requests if self.requests else 1.0
+
+
+@dataclass(frozen=True)
 class ArrayTraffic:
-    """Element reads and writes of one array over a whole launch (``memory``: "global" or "shared")."""
+    """Element reads and writes of one array over a whole launch (``memory``: "global" or "shared"),
+    and the warp requests they form (``loads``, ``stores``)."""
 
     name: str
     memory: str
     itemsize: int
     reads: int
     writes: int
+    loads: Requests = Requests()
+    stores: Requests = Requests()
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +127,8 @@ class LaunchRecord:
     """One kernel launch; ``counts[kind]`` is int64 (n_blocks, threads_per_block) for each of :data:`COUNT_KINDS`.
 
     ``races`` and ``out_of_bounds`` keep the first reports (up to the ``limit`` given to
-    ``instrument``); ``race_count`` and ``out_of_bounds_count`` count them all.
+    ``instrument``); ``race_count`` and ``out_of_bounds_count`` count them all. ``warps`` counts
+    warp requests and divergence; ``shared_bytes_per_block`` is the shared memory one block declared.
     """
 
     kernel: str
@@ -92,6 +140,8 @@ class LaunchRecord:
     race_count: int
     out_of_bounds: tuple[OutOfBounds, ...]
     out_of_bounds_count: int
+    warps: WarpStats = WarpStats()
+    shared_bytes_per_block: int = 0
 
     def total(self, kind: str) -> int:
         """Sum of ``counts[kind]`` over every thread of every block."""
@@ -112,6 +162,21 @@ class LaunchRecord:
     def global_bytes(self) -> int:
         """Bytes moved to and from global memory: every element read or written, times its size."""
         return sum((a.reads + a.writes) * a.itemsize for a in self.arrays if a.memory == "global")
+
+    def requests(self, memory: str, op: str) -> Requests:
+        """Warp requests of every ``memory`` ("global" or "shared") array, ``op`` "loads" or "stores"."""
+        _memory_op(memory, op)
+        return sum((getattr(a, op) for a in self.arrays if a.memory == memory), Requests())
+
+    @property
+    def bank_conflicts(self) -> int:
+        """Extra shared-memory wavefronts of loads and stores, all shared arrays."""
+        return self.requests("shared", "loads").bank_conflicts + self.requests("shared", "stores").bank_conflicts
+
+    def occupancy(self, registers_per_thread: int, gpu: str = "A100") -> Occupancy:
+        """Theoretical occupancy of this launch's block size and shared memory on ``gpu``, at the registers given."""
+        bx, by, bz = self.block
+        return occupancy(bx * by * bz, registers_per_thread, self.shared_bytes_per_block, gpu)
 
     @property
     def ok(self) -> bool:
@@ -149,6 +214,31 @@ class Report:
         """Element writes of shared memory, all launches."""
         return self.total("shared_writes")
 
+    def requests(self, memory: str, op: str) -> Requests:
+        """Warp requests of ``memory`` ("global" or "shared"), ``op`` "loads" or "stores", all launches."""
+        _memory_op(memory, op)
+        return sum((launch.requests(memory, op) for launch in self.launches), Requests())
+
+    @property
+    def global_load_sectors(self) -> int:
+        """32-byte sectors the warps' global loads touched, all launches."""
+        return self.requests("global", "loads").sectors
+
+    @property
+    def global_store_sectors(self) -> int:
+        """32-byte sectors the warps' global stores touched, all launches."""
+        return self.requests("global", "stores").sectors
+
+    @property
+    def bank_conflicts(self) -> int:
+        """Extra shared-memory wavefronts caused by bank conflicts, all launches."""
+        return sum(launch.bank_conflicts for launch in self.launches)
+
+    @property
+    def divergent_requests(self) -> int:
+        """Warp requests made by only some of the warp's threads, all launches."""
+        return sum(launch.warps.divergent_requests for launch in self.launches)
+
     @property
     def global_bytes(self) -> int:
         """Global-memory traffic of every launch [bytes]."""
@@ -175,12 +265,23 @@ class Report:
         for launch in self.launches:
             totals = ", ".join(f"{kind.replace('_', ' ')} {launch.total(kind)}" for kind in COUNT_KINDS)
             lines.append(f"{launch.kernel}[grid {launch.grid}, block {launch.block}]: {totals}")
+            if launch.warps.requests:
+                loads, stores = launch.requests("global", "loads"), launch.requests("global", "stores")
+                lines.append(f"  warps: global sectors/request {loads.sectors_per_request:.1f} (loads), "
+                             f"{stores.sectors_per_request:.1f} (stores); shared bank conflicts "
+                             f"{launch.bank_conflicts}; divergent requests {launch.warps.divergent_requests} "
+                             f"of {launch.warps.requests}")
             for problems, count, what in ((launch.races, launch.race_count, "races"),
                                           (launch.out_of_bounds, launch.out_of_bounds_count, "out-of-bounds accesses")):
                 if count:
                     lines.append(f"  {count} {what}, first ones:")
                     lines.extend(f"    {problem}" for problem in problems[:5])
         return "\n".join(lines) if lines else "no kernel launched"
+
+
+def _memory_op(memory: str, op: str) -> None:
+    if memory not in ("global", "shared") or op not in ("loads", "stores"):
+        raise ValueError(f"expected memory 'global' or 'shared' and op 'loads' or 'stores', got {memory!r}, {op!r}")
 
 
 def _kind(kind: str) -> str:
