@@ -24,7 +24,7 @@ from .ring import Ring, Steps
 from .tree import Tree
 
 if TYPE_CHECKING:
-    from .group import ProcessGroup
+    from .messages import GroupView
 
 _RING = Ring()
 _IMPLEMENTATIONS: dict[str, object] = {"ring": _RING, "tree": Tree(), "naive": Naive(), "pairwise": Pairwise()}
@@ -48,13 +48,13 @@ def _algorithm(name: str, algorithm: str) -> Callable[..., None]:
     return getattr(_IMPLEMENTATIONS[algorithm], name)
 
 
-def _check_root(g: ProcessGroup, root: int) -> int:
+def _check_root(g: GroupView, root: int) -> int:
     if not isinstance(root, (int, np.integer)) or not 0 <= root < g.world_size:
         raise ValueError(f"root must be a rank in 0..{g.world_size - 1}, got {root!r}")
     return int(root)
 
 
-def _agree(g: ProcessGroup, name: str, algorithm: str, root: int | None, op: str | None, meta: Any) -> list[Any]:
+def _agree(g: GroupView, name: str, algorithm: str, root: int | None, op: str | None, meta: Any) -> list[Any]:
     """All-gather (collective, algorithm, root, op, meta) and check the first four agree; return the metas."""
     calls = g.all_gather_object((name, algorithm, root, op, meta))
     _require_same("collectives out of step", "collective", [call[0] for call in calls])
@@ -77,7 +77,7 @@ def _flat_copy(x: np.ndarray) -> np.ndarray:
     return np.array(x, order="C", copy=True).reshape(-1)
 
 
-def _reduction_input(g: ProcessGroup, name: str, x: Any, op: str, algorithm: str,
+def _reduction_input(g: GroupView, name: str, x: Any, op: str, algorithm: str,
                      root: int | None) -> np.ndarray:
     """Check a reduction's input (same dtype and shape on every rank) and return it as-is."""
     x = as_array(x, "x")
@@ -93,7 +93,7 @@ def _finish_mean(buf: np.ndarray, op: str, p: int) -> None:
         buf /= p
 
 
-def _all_reduce_buffer(g: ProcessGroup, name: str, x: Any, op: str, algorithm: str) -> Prepared:
+def _all_reduce_buffer(g: GroupView, name: str, x: Any, op: str, algorithm: str) -> Prepared:
     x = _reduction_input(g, name, x, op, algorithm, None)
     buf = _flat_copy(x)
 
@@ -103,7 +103,7 @@ def _all_reduce_buffer(g: ProcessGroup, name: str, x: Any, op: str, algorithm: s
     return buf, even_bounds(buf.size, g.world_size), result
 
 
-def all_reduce(g: ProcessGroup, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+def all_reduce(g: GroupView, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
     """``op`` over every rank's ``x`` (same shape and dtype), returned on every rank."""
     run = _algorithm("all_reduce", algorithm)
     buf, bounds, result = _all_reduce_buffer(g, "all_reduce", x, op, algorithm)
@@ -111,13 +111,13 @@ def all_reduce(g: ProcessGroup, x: Any, op: str = "sum", algorithm: str = "ring"
     return result()
 
 
-def iall_reduce(g: ProcessGroup, x: Any, op: str = "sum") -> Schedule:
+def iall_reduce(g: GroupView, x: Any, op: str = "sum") -> Schedule:
     """The ring all-reduce as a schedule (steps, result) for the communication lane."""
     buf, bounds, result = _all_reduce_buffer(g, "iall_reduce", x, op, "ring")
     return _RING.all_reduce_steps(g, buf, bounds, op), result
 
 
-def reduce(g: ProcessGroup, x: Any, root: int = 0, op: str = "sum", algorithm: str = "tree") -> np.ndarray | None:
+def reduce(g: GroupView, x: Any, root: int = 0, op: str = "sum", algorithm: str = "tree") -> np.ndarray | None:
     """``op`` over every rank's ``x`` at ``root``; None on the other ranks."""
     run = _algorithm("reduce", algorithm)
     root = _check_root(g, root)
@@ -130,7 +130,7 @@ def reduce(g: ProcessGroup, x: Any, root: int = 0, op: str = "sum", algorithm: s
     return buf.reshape(x.shape)
 
 
-def _reduce_scatter_buffer(g: ProcessGroup, name: str, x: Any, op: str, algorithm: str) -> Prepared:
+def _reduce_scatter_buffer(g: GroupView, name: str, x: Any, op: str, algorithm: str) -> Prepared:
     x = _reduction_input(g, name, x, op, algorithm, None)
     if x.ndim == 0:
         raise ValueError(f"{name} splits x along axis 0: x must have at least one dimension")
@@ -146,7 +146,7 @@ def _reduce_scatter_buffer(g: ProcessGroup, name: str, x: Any, op: str, algorith
     return buf, bounds, result
 
 
-def reduce_scatter(g: ProcessGroup, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+def reduce_scatter(g: GroupView, x: Any, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
     """Rank i gets part i (``np.array_split`` along axis 0) of ``op`` over every rank's ``x``."""
     run = _algorithm("reduce_scatter", algorithm)
     buf, bounds, result = _reduce_scatter_buffer(g, "reduce_scatter", x, op, algorithm)
@@ -154,13 +154,13 @@ def reduce_scatter(g: ProcessGroup, x: Any, op: str = "sum", algorithm: str = "r
     return result()
 
 
-def ireduce_scatter(g: ProcessGroup, x: Any, op: str = "sum") -> Schedule:
+def ireduce_scatter(g: GroupView, x: Any, op: str = "sum") -> Schedule:
     """The ring reduce-scatter as a schedule (steps, result) for the communication lane."""
     buf, bounds, result = _reduce_scatter_buffer(g, "ireduce_scatter", x, op, "ring")
     return _RING.reduce_scatter_steps(g, buf, bounds, op), result
 
 
-def broadcast(g: ProcessGroup, x: Any, root: int = 0, algorithm: str = "tree") -> np.ndarray:
+def broadcast(g: GroupView, x: Any, root: int = 0, algorithm: str = "tree") -> np.ndarray:
     """The root's ``x`` on every rank; a non-root's ``x`` (None or an array) is filled in place."""
     run = _algorithm("broadcast", algorithm)
     root = _check_root(g, root)
@@ -184,7 +184,7 @@ def broadcast(g: ProcessGroup, x: Any, root: int = 0, algorithm: str = "tree") -
     return result
 
 
-def scatter(g: ProcessGroup, x: Any, root: int = 0, algorithm: str = "tree") -> np.ndarray:
+def scatter(g: GroupView, x: Any, root: int = 0, algorithm: str = "tree") -> np.ndarray:
     """Rank i gets chunk i of the root's ``x`` (a list of p arrays, or an array cut along axis 0)."""
     run = _algorithm("scatter", algorithm)
     root = _check_root(g, root)
@@ -213,7 +213,7 @@ def scatter(g: ProcessGroup, x: Any, root: int = 0, algorithm: str = "tree") -> 
     return block(buf, bounds, g.rank).reshape(shapes[g.rank]).copy()
 
 
-def _gather_input(g: ProcessGroup, name: str, x: Any, algorithm: str,
+def _gather_input(g: GroupView, name: str, x: Any, algorithm: str,
                   root: int | None) -> tuple[np.ndarray, list[int], tuple[int, ...]]:
     """The working buffer (this rank's block filled), bounds, and result shape of a gather."""
     x = np.atleast_1d(as_array(x, "x"))
@@ -226,7 +226,7 @@ def _gather_input(g: ProcessGroup, name: str, x: Any, algorithm: str,
     return buf, bounds, (sum(m[1][0] for m in metas), *x.shape[1:])
 
 
-def gather(g: ProcessGroup, x: Any, root: int = 0, algorithm: str = "tree") -> np.ndarray | None:
+def gather(g: GroupView, x: Any, root: int = 0, algorithm: str = "tree") -> np.ndarray | None:
     """Every rank's ``x`` concatenated along axis 0 in rank order, at ``root``; None elsewhere."""
     run = _algorithm("gather", algorithm)
     root = _check_root(g, root)
@@ -235,7 +235,7 @@ def gather(g: ProcessGroup, x: Any, root: int = 0, algorithm: str = "tree") -> n
     return buf.reshape(shape) if g.rank == root else None
 
 
-def all_gather(g: ProcessGroup, x: Any, algorithm: str = "ring") -> np.ndarray:
+def all_gather(g: GroupView, x: Any, algorithm: str = "ring") -> np.ndarray:
     """Every rank's ``x`` concatenated along axis 0 in rank order, on every rank."""
     run = _algorithm("all_gather", algorithm)
     buf, bounds, shape = _gather_input(g, "all_gather", x, algorithm, None)
@@ -243,13 +243,13 @@ def all_gather(g: ProcessGroup, x: Any, algorithm: str = "ring") -> np.ndarray:
     return buf.reshape(shape)
 
 
-def iall_gather(g: ProcessGroup, x: Any) -> Schedule:
+def iall_gather(g: GroupView, x: Any) -> Schedule:
     """The ring all-gather as a schedule (steps, result) for the communication lane."""
     buf, bounds, shape = _gather_input(g, "iall_gather", x, "ring", None)
     return _RING.all_gather_steps(g, buf, bounds), lambda: buf.reshape(shape)
 
 
-def all_to_all(g: ProcessGroup, chunks: Any, algorithm: str = "pairwise") -> list[np.ndarray]:
+def all_to_all(g: GroupView, chunks: Any, algorithm: str = "pairwise") -> list[np.ndarray]:
     """Chunk j of this rank goes to rank j; returns the p chunks received (index i: from rank i).
 
     ``chunks``: a list of p arrays of one dtype (the same on every rank) and any shapes, so the

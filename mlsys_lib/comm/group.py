@@ -30,7 +30,6 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -40,6 +39,7 @@ from .blocks import as_array
 from .cost import CostModel
 from .errors import UnfinishedRequestError
 from .lane import Lane, LaneEntry
+from .messages import Completion, Request, Trace
 from .ops import check_op, combine
 
 MAX_TAG = 16383
@@ -57,14 +57,6 @@ class Incoming(Protocol):
 
     def read_into(self, out: np.ndarray) -> None:
         """Copy the payload into ``out`` (C-contiguous, the header's dtype and size)."""
-
-
-class Completion:
-    """A transport operation in flight: ``wait()`` blocks until it is done and returns its result;
-    ``test()`` says, without blocking, whether ``wait()`` would return at once."""
-
-    def __init__(self, wait: Callable[[], Any], test: Callable[[], bool]) -> None:
-        self.wait, self.test = wait, test
 
 
 class Transport(Protocol):
@@ -94,42 +86,6 @@ class Transport(Protocol):
 
     def barrier(self) -> None:
         """Return once every rank has called it; not traced."""
-
-
-@dataclass
-class Trace:
-    """A rank's logical clock (s), port availability (s) and byte counters."""
-
-    clock: float = 0.0
-    send_free: float = 0.0
-    recv_free: float = 0.0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-
-    def reset(self) -> None:
-        """Back to time 0 with nothing counted."""
-        self.clock = self.send_free = self.recv_free = 0.0
-        self.bytes_sent = self.bytes_received = 0
-
-
-class Request:
-    """A non-blocking send, receive or collective; :meth:`wait` finishes it (and returns the received array)."""
-
-    def __init__(self, finish: Callable[[], np.ndarray | None], ready: Callable[[], bool]) -> None:
-        self._finish: Callable[[], np.ndarray | None] | None = finish
-        self._ready = ready
-        self._result: np.ndarray | None = None
-
-    def test(self) -> bool:
-        """True when :meth:`wait` would return without blocking (it does not finish the request)."""
-        return self._finish is None or self._ready()
-
-    def wait(self) -> np.ndarray | None:
-        """Block until done; a receive returns its array, a send None. Calling it again is free."""
-        if self._finish is not None:
-            finish, self._finish = self._finish, None
-            self._result = finish()
-        return self._result
 
 
 class ProcessGroup:

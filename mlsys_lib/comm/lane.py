@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .group import Request, Trace
+    from .messages import Request, Trace
     from .ring import Steps
 
 

@@ -40,7 +40,8 @@ import numpy as np
 
 from .cost import CostModel
 from .errors import Failure, LaunchTimeoutError, RankFailedError
-from .group import PROTOCOLS, Completion, Header, ProcessGroup
+from .group import PROTOCOLS, Header, ProcessGroup
+from .messages import Completion
 from .sim_launcher import blas_threads_per_rank
 
 _MPIEXEC_ENV_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
@@ -71,7 +72,10 @@ class MpiIncoming:
 
 
 class MpiTransport:
-    """Point-to-point messages on duplicated MPI communicators (channel 0: user, 1: collectives, 2: non-blocking collectives)."""
+    """Point-to-point messages on duplicated MPI communicators.
+
+    Channel 0: the user's messages; 1: the collectives'; 2: the non-blocking collectives'.
+    """
 
     name = "mpi"
 

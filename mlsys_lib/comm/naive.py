@@ -16,24 +16,24 @@ from .blocks import block
 from .rooted import ThroughRoot
 
 if TYPE_CHECKING:
-    from .group import ProcessGroup
+    from .messages import GroupView
 
 
-def _others(g: ProcessGroup, root: int) -> list[int]:
+def _others(g: GroupView, root: int) -> list[int]:
     return [r for r in range(g.world_size) if r != root]
 
 
 class Naive(ThroughRoot):
     """Linear ("flat tree") algorithms: p−1 sequential messages at the root."""
 
-    def broadcast(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
+    def broadcast(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         if g.rank == root:
             for r in _others(g, root):
                 g.send(buf, r)
         else:
             g.recv(root, out=buf)
 
-    def reduce(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int, op: str) -> None:
+    def reduce(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int, op: str) -> None:
         if g.rank != root:
             g.send(buf, root)
             return
@@ -44,14 +44,14 @@ class Naive(ThroughRoot):
         for row in received:
             g.reduce_local(buf, row, op)
 
-    def scatter(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
+    def scatter(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         if g.rank == root:
             for r in _others(g, root):
                 g.send(block(buf, bounds, r), r)
         else:
             g.recv(root, out=block(buf, bounds, g.rank))
 
-    def gather(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
+    def gather(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         if g.rank == root:
             for r in _others(g, root):
                 g.recv(r, out=block(buf, bounds, r))

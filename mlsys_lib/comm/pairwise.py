@@ -16,13 +16,13 @@ import numpy as np
 from .blocks import block
 
 if TYPE_CHECKING:
-    from .group import ProcessGroup
+    from .messages import GroupView
 
 
 class Pairwise:
     """Direct exchange: every chunk goes straight to its destination, one partner per round."""
 
-    def all_to_all(self, g: ProcessGroup, send: np.ndarray, send_bounds: Sequence[int],
+    def all_to_all(self, g: GroupView, send: np.ndarray, send_bounds: Sequence[int],
                    recv: np.ndarray, recv_bounds: Sequence[int]) -> None:
         """Copy block j of rank i's ``send`` into block i of rank j's ``recv``, for every i ≠ j."""
         p, r = g.world_size, g.rank

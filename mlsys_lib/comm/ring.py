@@ -30,7 +30,7 @@ from .blocks import block
 from .tree import Tree
 
 if TYPE_CHECKING:
-    from .group import ProcessGroup
+    from .messages import GroupView
 
 Steps = Iterator[Any]  # a schedule: yields each Request it is about to wait on
 _TREE = Tree()
@@ -45,7 +45,7 @@ def run_blocking(steps: Steps) -> None:
 class Ring:
     """Ring reduce-scatter and all-gather, and what the lecture builds from them."""
 
-    def reduce_scatter_steps(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> Steps:
+    def reduce_scatter_steps(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], op: str) -> Steps:
         p, r = g.world_size, g.rank
         incoming = np.empty(max(np.diff(bounds)), buf.dtype)
         for s in range(p - 1):
@@ -57,7 +57,7 @@ class Ring:
             yield sending
             sending.wait()
 
-    def all_gather_steps(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int]) -> Steps:
+    def all_gather_steps(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int]) -> Steps:
         p, r = g.world_size, g.rank
         for s in range(p - 1):
             sending = g.isend(block(buf, bounds, (r - s) % p), (r + 1) % p)
@@ -67,20 +67,20 @@ class Ring:
             yield sending
             sending.wait()
 
-    def all_reduce_steps(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> Steps:
+    def all_reduce_steps(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], op: str) -> Steps:
         yield from self.reduce_scatter_steps(g, buf, bounds, op)
         yield from self.all_gather_steps(g, buf, bounds)
 
-    def reduce_scatter(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
+    def reduce_scatter(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
         run_blocking(self.reduce_scatter_steps(g, buf, bounds, op))
 
-    def all_gather(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int]) -> None:
+    def all_gather(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int]) -> None:
         run_blocking(self.all_gather_steps(g, buf, bounds))
 
-    def all_reduce(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
+    def all_reduce(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], op: str) -> None:
         run_blocking(self.all_reduce_steps(g, buf, bounds, op))
 
-    def all_to_all(self, g: ProcessGroup, send: np.ndarray, send_bounds: Sequence[int],
+    def all_to_all(self, g: GroupView, send: np.ndarray, send_bounds: Sequence[int],
                    recv: np.ndarray, recv_bounds: Sequence[int]) -> None:
         """Copy block j of rank i's ``send`` into block i of rank j's ``recv``, for every i ≠ j."""
         p, r = g.world_size, g.rank
@@ -95,10 +95,10 @@ class Ring:
             mine[:] = arrived[:mine.size]
             travelling = arrived[mine.size:]
 
-    def broadcast(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
+    def broadcast(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         _TREE.scatter(g, buf, bounds, root)
         self.all_gather(g, buf, bounds)
 
-    def reduce(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int, op: str) -> None:
+    def reduce(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int, op: str) -> None:
         self.reduce_scatter(g, buf, bounds, op)
         _TREE.gather(g, buf, bounds, root)

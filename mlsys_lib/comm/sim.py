@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from .errors import PeerFailedError
-from .group import PROTOCOLS, Completion, Header
+from .group import PROTOCOLS, Header
+from .messages import Completion
 from .shm import SegmentPool, attach, payload_view, release
 
 INLINE_BYTES = 2048

@@ -18,7 +18,7 @@ from .blocks import block, bounds_from_sizes
 from .rooted import ThroughRoot
 
 if TYPE_CHECKING:
-    from .group import ProcessGroup
+    from .messages import GroupView
 
 
 def halvings(v: int, p: int) -> list[tuple[int, int, int]]:
@@ -37,7 +37,7 @@ def halvings(v: int, p: int) -> list[tuple[int, int, int]]:
 class Tree(ThroughRoot):
     """Binomial-tree broadcast, reduce, scatter and gather."""
 
-    def broadcast(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
+    def broadcast(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         p, v = g.world_size, (g.rank - root) % g.world_size
         for lo, mid, _ in halvings(v, p):
             if v == lo:
@@ -45,7 +45,7 @@ class Tree(ThroughRoot):
             elif v == mid:
                 g.recv((lo + root) % p, out=buf)
 
-    def reduce(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int, op: str) -> None:
+    def reduce(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int, op: str) -> None:
         p, v = g.world_size, (g.rank - root) % g.world_size
         incoming = np.empty_like(buf)
         for lo, mid, _ in reversed(halvings(v, p)):
@@ -54,7 +54,7 @@ class Tree(ThroughRoot):
             elif v == lo:
                 g.reduce_local(buf, g.recv((mid + root) % p, out=incoming), op)
 
-    def scatter(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
+    def scatter(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         p, v = g.world_size, (g.rank - root) % g.world_size
         vbuf, vbounds = _virtual_layout(buf, bounds, root, filled=v == 0)
         for lo, mid, hi in halvings(v, p):
@@ -65,7 +65,7 @@ class Tree(ThroughRoot):
                 g.recv((lo + root) % p, out=part)
         block(buf, bounds, g.rank)[:] = block(vbuf, vbounds, v)
 
-    def gather(self, g: ProcessGroup, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
+    def gather(self, g: GroupView, buf: np.ndarray, bounds: Sequence[int], root: int) -> None:
         p, v = g.world_size, (g.rank - root) % g.world_size
         vbuf, vbounds = _virtual_layout(buf, bounds, root, filled=False)
         block(vbuf, vbounds, v)[:] = block(buf, bounds, g.rank)
