@@ -52,10 +52,11 @@ def _transpose_naive_kernel(tile: int, rows: int):
 @functools.lru_cache(maxsize=None)
 def _transpose_shared_kernel(tile: int, rows: int, pad: int):
     """The tile staged in shared memory ``tile`` x ``(tile + pad)``: ``pad = 0`` conflicts, ``pad = 1`` none."""
+    width = tile + pad  # a plain int: the GPU compiler needs the shared array's shape as constants
 
     @cuda.jit
     def transpose_shared_kernel(a, out):
-        buf = cuda.shared.array((tile, tile + pad), float32)
+        buf = cuda.shared.array((tile, width), float32)
         tx = cuda.threadIdx.x
         r0 = cuda.blockIdx.y * tile
         c0 = cuda.blockIdx.x * tile
@@ -65,7 +66,7 @@ def _transpose_shared_kernel(tile: int, rows: int, pad: int):
         cuda.syncthreads()
         for y in range(cuda.threadIdx.y, tile, rows):  # coalesced: a warp writes a row of out
             if c0 + y < a.shape[1] and r0 + tx < a.shape[0]:
-                out[c0 + y, r0 + tx] = buf[tx, y]  # a column of buf: bank (tx * (tile + pad) + y) % 32
+                out[c0 + y, r0 + tx] = buf[tx, y]  # a column of buf: bank (tx * width + y) % 32
 
     return transpose_shared_kernel
 
