@@ -15,8 +15,9 @@ counts for full blocks, float32):
   store). Each warp touches its own 32 words: no bank conflicts.
 * **interleaved_strided** (Harris 2): ``i = 2 s tid; if i < B: buf[i] += buf[i + s]``: the active
   threads are the first ``B / 2s``, so whole warps stay together until fewer than 32 are active,
-  but lane ``l`` touches word ``2 s l``: a ``min(2s, ...)``-way bank conflict (for ``B = 64``:
-  1 extra wavefront per request at every step but the last, 15 per block).
+  but lane ``l`` touches word ``2 s l``: the lanes of a request crowd onto ``32 / 2s`` banks
+  (one bank from ``s = 16`` on), several distinct words each: bank conflicts (for ``B = 64``: 1
+  extra wavefront per request at ``s = 1 .. 16``, 15 per block; for ``B = 128``: 45 per block).
 * **sequential** (Harris 3): ``s = B/2, ..., 1``: ``if tid < s: buf[tid] += buf[tid + s]``:
   contiguous words (no conflicts), whole warps active until ``s < 32``: divergence only in the
   last 5 steps (``s = 16 .. 1``, warp 0): 15 divergent requests per block.
@@ -27,10 +28,11 @@ counts for full blocks, float32):
   last six steps (``s = 32 .. 1``) with all 32 lanes, without ``if`` and without block barriers:
   no divergent step at all. Harris's version relies on ``volatile`` shared memory and a warp
   executing in lockstep; since Volta, warps may not run in lockstep, so each step here reads into
-  a register, ``__syncwarp()``, writes, ``__syncwarp()`` (``cuda.syncwarp()``). Numba's simulator
-  has no ``syncwarp``: under it the kernel calls ``cuda.syncthreads()`` there instead, which the
-  simulator releases once every thread still running (warp 0: the other warps have exited) has
-  arrived, the same ordering.
+  a register, ``__syncwarp()``, writes, ``__syncwarp()`` (``cuda.syncwarp()``). From ``s = 16``
+  on, lanes ``s .. 31`` add values nobody needs: more shared accesses than ``first_add``, but fewer
+  requests and barriers. Numba's simulator has no ``syncwarp``: under it the kernel calls
+  ``cuda.syncthreads()`` there instead, which the simulator releases once every thread still
+  running (warp 0: the other warps have exited) has arrived, the same ordering.
 
 In every variant thread 0 writes the block's sum (2 divergent requests per block: a load of
 ``buf[0]`` and the store). Global traffic: each launch reads its ``m`` inputs once and writes one
