@@ -50,8 +50,55 @@ from .checks import ceil_div, float32_array, positive_int
 from .device import current_backend
 from .plan import HostOp, KernelPlan, KernelStep
 
-VARIANTS = ("interleaved", "interleaved_strided", "sequential", "first_add", "warp_unrolled")
 _ZERO = float32(0.0)
+
+
+@cuda.jit(device=True)
+def _load(x, i):
+    """``x[i]``, or 0 past the end of ``x``."""
+    if i < x.shape[0]:
+        return x[i]
+    return _ZERO
+
+
+@cuda.jit(device=True)
+def _halve(buf, tid, stop):
+    """Sequential addressing: ``buf[tid] += buf[tid + s]`` for ``s = B/2, B/4, ...`` while ``s > stop``."""
+    s = buf.shape[0] // 2
+    while s > stop:
+        if tid < s:
+            buf[tid] += buf[tid + s]
+        cuda.syncthreads()
+        s //= 2
+
+
+@cuda.jit(device=True)
+def _interleaved_tree(buf, tid):
+    """Harris 1: ``if tid % 2s == 0: buf[tid] += buf[tid + s]``, ``s = 1, 2, ..., B/2``."""
+    s = 1
+    while s < buf.shape[0]:
+        if tid % (2 * s) == 0:
+            buf[tid] += buf[tid + s]
+        cuda.syncthreads()
+        s *= 2
+
+
+@cuda.jit(device=True)
+def _strided_tree(buf, tid):
+    """Harris 2: ``k = 2 s tid; if k < B: buf[k] += buf[k + s]``, ``s = 1, 2, ..., B/2``."""
+    s = 1
+    while s < buf.shape[0]:
+        k = 2 * s * tid
+        if k < buf.shape[0]:
+            buf[k] += buf[k + s]
+        cuda.syncthreads()
+        s *= 2
+
+
+@cuda.jit(device=True)
+def _sequential_tree(buf, tid):
+    """Harris 3: ``if tid < s: buf[tid] += buf[tid + s]``, ``s = B/2, ..., 1``."""
+    _halve(buf, tid, 0)
 
 
 @cuda.jit(device=True)
@@ -64,100 +111,104 @@ def _warp_sync_sim():
     cuda.syncthreads()  # the simulator has no syncwarp; only warp 0 is still running here
 
 
+_warp_sync = _warp_sync_gpu if current_backend() == "gpu" else _warp_sync_sim
+
+
+@cuda.jit(device=True)
+def _warp_unrolled_tree(buf, tid):
+    """Harris 5: sequential steps while ``s > 32``, then warp 0 alone, all 32 lanes, ``s = 32 .. 1``."""
+    _halve(buf, tid, 32)
+    if tid < 32:  # the whole of warp 0: no divergence
+        v = buf[tid]
+        s = 32
+        while s > 0:
+            v += buf[tid + s]
+            _warp_sync()  # every lane has read before any lane writes
+            buf[tid] = v
+            _warp_sync()  # every lane has written before the next read
+            s //= 2
+
+
 @functools.lru_cache(maxsize=None)
-def _reduce_kernel(variant: str, block: int, backend: str):
-    """The block-sum kernel of ``variant`` for ``block`` threads (fixed at compile time)."""
-    first_add = variant in ("first_add", "warp_unrolled")
+def _reduce_kernel(block: int, first_add: bool, tree):
+    """A block-sum kernel for ``block`` threads: load one element (two, added, if ``first_add``), ``tree``,
+    thread 0 writes the block's sum (all fixed at compile time)."""
     per_block = 2 * block if first_add else block
-    last_tree_step = 32 if variant == "warp_unrolled" else 0  # the tree's loop stops at s > last_tree_step
-    warp_sync = _warp_sync_gpu if backend == "gpu" else _warp_sync_sim
-    tree = {"interleaved": 0, "interleaved_strided": 1}.get(variant, 2)  # an int: GPU code cannot compare strings
 
     @cuda.jit
     def reduce_kernel(x, partial):
         buf = cuda.shared.array(block, float32)
         tid = cuda.threadIdx.x
         i = cuda.blockIdx.x * per_block + tid
-        v = _ZERO
-        if i < x.shape[0]:
-            v = x[i]
-        if first_add and i + block < x.shape[0]:
-            v += x[i + block]
+        v = _load(x, i)
+        if first_add:
+            v += _load(x, i + block)
         buf[tid] = v
         cuda.syncthreads()
-        if tree == 0:
-            s = 1
-            while s < block:
-                if tid % (2 * s) == 0:
-                    buf[tid] += buf[tid + s]
-                cuda.syncthreads()
-                s *= 2
-        elif tree == 1:
-            s = 1
-            while s < block:
-                k = 2 * s * tid
-                if k < block:
-                    buf[k] += buf[k + s]
-                cuda.syncthreads()
-                s *= 2
-        else:
-            s = block // 2
-            while s > last_tree_step:
-                if tid < s:
-                    buf[tid] += buf[tid + s]
-                cuda.syncthreads()
-                s //= 2
-            if last_tree_step and tid < 32:
-                v = buf[tid]
-                s = 32
-                while s > 0:
-                    v += buf[tid + s]
-                    warp_sync()
-                    buf[tid] = v
-                    warp_sync()
-                    s //= 2
+        tree(buf, tid)
         if tid == 0:
             partial[cuda.blockIdx.x] = buf[0]
 
     return reduce_kernel
 
 
-def _reduce_plan(variant: str, x: np.ndarray, block: int) -> KernelPlan:
+def _reduce_plan(name: str, x: np.ndarray, block: int, first_add: bool, tree) -> KernelPlan:
+    """Launch the kernel of ``tree`` on ``x``, then on its partial sums, until one value is left."""
     x = float32_array("x", x, 1)
     block = positive_int("block", block)
     if block < 64 or block > 1024 or block & (block - 1):
         raise ValueError(f"block must be a power of two from 64 to 1024 (the tree halves it down to one warp), "
                          f"got {block}")
-    kernel = _reduce_kernel(variant, block, current_backend())
-    per_block = 2 * block if variant in ("first_add", "warp_unrolled") else block
+    kernel = _reduce_kernel(block, first_add, tree)
     steps, nbytes, src = [], 0, x
     while True:
-        blocks = ceil_div(src.shape[0], per_block)
+        blocks = ceil_div(src.shape[0], 2 * block if first_add else block)
         partial = np.empty(blocks, dtype=np.float32)
         steps.append(KernelStep(kernel, (blocks,), (block,), (src, partial)))
         nbytes += 4 * (src.shape[0] + blocks)
         if blocks == 1:
             break
         src = partial
-    return KernelPlan(f"reduce_{variant}", tuple(steps), partial, flops=x.shape[0] - 1, modeled_bytes=nbytes,
-                      shape=())
+    return KernelPlan(name, tuple(steps), partial, flops=x.shape[0] - 1, modeled_bytes=nbytes, shape=())
 
 
-def _host_op(variant: str, summary: str) -> HostOp:
-    def plan(x: np.ndarray, block: int = 256) -> KernelPlan:
-        return _reduce_plan(variant, x, block)
+@HostOp
+def reduce_interleaved(x: np.ndarray, block: int = 256) -> KernelPlan:
+    """Sum of float32 ``x`` (n,) -> 0-d float32 array; interleaved addressing (``tid % 2s == 0``: divergent warps).
 
-    plan.__name__ = plan.__qualname__ = f"reduce_{variant}"
-    plan.__doc__ = (f"Sum of the float32 vector ``x`` (n,) -> 0-d float32 array, {summary}\n\n"
-                    "Blocks of ``block`` threads (a power of two, 64..1024), one partial sum each; the kernel is "
-                    "launched again on the partial sums until one is left. See :mod:`mlsys_lib.kernels.reduce` "
-                    "for the counted costs.")
-    return HostOp(plan)
+    Blocks of ``block`` threads (a power of two, 64..1024), one partial sum each, relaunched on the
+    partial sums until one is left. Counted costs: see :mod:`mlsys_lib.kernels.reduce`.
+    """
+    return _reduce_plan("reduce_interleaved", x, block, False, _interleaved_tree)
 
 
-reduce_interleaved = _host_op("interleaved", "interleaved addressing (``tid % 2s == 0``: divergent warps).")
-reduce_interleaved_strided = _host_op("interleaved_strided",
-                                      "interleaved addressing with a strided index (``2 s tid``: bank conflicts).")
-reduce_sequential = _host_op("sequential", "sequential addressing (no conflicts; divergence in the last warp only).")
-reduce_first_add = _host_op("first_add", "sequential addressing, first add during the load (half the blocks).")
-reduce_warp_unrolled = _host_op("warp_unrolled", "first add, and the last warp unrolled with ``syncwarp``.")
+@HostOp
+def reduce_interleaved_strided(x: np.ndarray, block: int = 256) -> KernelPlan:
+    """Sum of float32 ``x`` (n,) -> 0-d float32 array; interleaved addressing with the strided index ``2 s tid``
+    (whole warps, but bank conflicts). Blocks as :func:`reduce_interleaved`.
+    """
+    return _reduce_plan("reduce_interleaved_strided", x, block, False, _strided_tree)
+
+
+@HostOp
+def reduce_sequential(x: np.ndarray, block: int = 256) -> KernelPlan:
+    """Sum of float32 ``x`` (n,) -> 0-d float32 array; sequential addressing (no bank conflicts, divergence in
+    warp 0's last 5 steps only). Blocks as :func:`reduce_interleaved`.
+    """
+    return _reduce_plan("reduce_sequential", x, block, False, _sequential_tree)
+
+
+@HostOp
+def reduce_first_add(x: np.ndarray, block: int = 256) -> KernelPlan:
+    """Sum of float32 ``x`` (n,) -> 0-d float32 array; sequential addressing with the first add during the load:
+    each block of ``block`` threads covers ``2 block`` elements (half the blocks).
+    """
+    return _reduce_plan("reduce_first_add", x, block, True, _sequential_tree)
+
+
+@HostOp
+def reduce_warp_unrolled(x: np.ndarray, block: int = 256) -> KernelPlan:
+    """Sum of float32 ``x`` (n,) -> 0-d float32 array; first add, and the last warp's six steps unrolled with
+    ``syncwarp`` between reads and writes (no divergent step). Blocks as :func:`reduce_first_add`.
+    """
+    return _reduce_plan("reduce_warp_unrolled", x, block, True, _warp_unrolled_tree)

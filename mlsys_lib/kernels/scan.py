@@ -145,31 +145,28 @@ def _add_block_offsets_kernel(y, scanned_sums):
         y[i] += scanned_sums[cuda.blockIdx.x]
 
 
-_KERNELS = {"hillis_steele": _hillis_steele_kernel, "blelloch": _blelloch_kernel}
-
-
-def _scan_steps(algorithm: str, x: np.ndarray, block: int) -> tuple[list[KernelStep], np.ndarray, int, int]:
-    """``(steps, y, modeled bytes, adds)`` scanning ``x`` with blocks of ``block``, recursing on the block sums."""
+def _scan_steps(algorithm: str, kernel_of, x: np.ndarray, block: int) -> tuple[list[KernelStep], np.ndarray, int, int]:
+    """``(steps, y, modeled bytes, adds)`` scanning ``x`` with ``kernel_of(block)``, recursing on the block sums."""
     n = x.shape[0]
     blocks = ceil_div(n, block)
     y = np.empty(n, dtype=np.float32)
     sums = np.empty(blocks, dtype=np.float32)
-    steps = [KernelStep(_KERNELS[algorithm](block), (blocks,), (block,), (x, y, sums))]
+    steps = [KernelStep(kernel_of(block), (blocks,), (block,), (x, y, sums))]
     adds = blocks * scan_work_depth(block, algorithm)[0]
     if blocks == 1:
         return steps, y, 4 * 2 * n, adds
-    inner, scanned, inner_bytes, inner_adds = _scan_steps(algorithm, sums, block)
+    inner, scanned, inner_bytes, inner_adds = _scan_steps(algorithm, kernel_of, sums, block)
     rest = n - block  # elements past the first block: each read, written, and given its block's offset
     steps += [*inner, KernelStep(_add_block_offsets_kernel, (blocks - 1,), (block,), (y, scanned))]
     return steps, y, 4 * (2 * n + blocks) + inner_bytes + 4 * 3 * rest, adds + inner_adds + rest
 
 
-def _scan_plan(algorithm: str, x: np.ndarray, block: int) -> KernelPlan:
+def _scan_plan(algorithm: str, kernel_of, x: np.ndarray, block: int) -> KernelPlan:
     x = float32_array("x", x, 1)
     block = _power_of_two("block", block)
     if block > 1024:
         raise ValueError(f"block must be at most 1024 threads, got {block}")
-    steps, y, nbytes, adds = _scan_steps(algorithm, x, block)
+    steps, y, nbytes, adds = _scan_steps(algorithm, kernel_of, x, block)
     return KernelPlan(f"scan_{algorithm}", tuple(steps), y, flops=adds, modeled_bytes=nbytes)
 
 
@@ -180,7 +177,7 @@ def scan_hillis_steele(x: np.ndarray, block: int = 256) -> KernelPlan:
     ``log2 block`` steps, ``block log2 block - block + 1`` adds per block (``flops`` counts every add
     launched, padding included); shared memory ``8 block`` bytes.
     """
-    return _scan_plan("hillis_steele", x, block)
+    return _scan_plan("hillis_steele", _hillis_steele_kernel, x, block)
 
 
 @HostOp
@@ -190,5 +187,5 @@ def scan_blelloch(x: np.ndarray, block: int = 256) -> KernelPlan:
     ``2 log2 block`` steps, ``2 (block - 1)`` adds per block (``flops`` counts every add launched);
     shared memory ``4 block`` bytes.
     """
-    return _scan_plan("blelloch", x, block)
+    return _scan_plan("blelloch", _blelloch_kernel, x, block)
 

@@ -50,12 +50,12 @@ def _transpose_naive_kernel(tile: int, rows: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _transpose_shared_kernel(tile: int, rows: int, pad: int):
-    """The tile staged in shared memory ``tile`` x ``(tile + pad)``: ``pad = 0`` conflicts, ``pad = 1`` none."""
-    width = tile + pad  # a plain int: the GPU compiler needs the shared array's shape as constants
+def _transpose_tile_kernel(tile: int, rows: int, width: int):
+    """The tile staged in a ``tile`` x ``width`` shared array (sizes fixed at compile time); the column read
+    touches words ``tx * width + y``: all in one bank for ``width = 32``, 32 banks for ``width = 33``."""
 
     @cuda.jit
-    def transpose_shared_kernel(a, out):
+    def transpose_tile_kernel(a, out):
         buf = cuda.shared.array((tile, width), float32)
         tx = cuda.threadIdx.x
         r0 = cuda.blockIdx.y * tile
@@ -66,12 +66,13 @@ def _transpose_shared_kernel(tile: int, rows: int, pad: int):
         cuda.syncthreads()
         for y in range(cuda.threadIdx.y, tile, rows):  # coalesced: a warp writes a row of out
             if c0 + y < a.shape[1] and r0 + tx < a.shape[0]:
-                out[c0 + y, r0 + tx] = buf[tx, y]  # a column of buf: bank (tx * width + y) % 32
+                out[c0 + y, r0 + tx] = buf[tx, y]  # a column of buf
 
-    return transpose_shared_kernel
+    return transpose_tile_kernel
 
 
-def _plan(name: str, kernel_of, a: np.ndarray, tile: int, rows: int, shared: int) -> KernelPlan:
+def _plan(name: str, a: np.ndarray, tile: int, rows: int, pad: int | None) -> KernelPlan:
+    """The launch of the naive kernel (``pad`` None) or of the shared tile ``tile`` x ``(tile + pad)``."""
     a = float32_array("a", a, 2)
     tile = positive_int("tile", tile)
     rows = positive_int("rows", rows)
@@ -79,10 +80,14 @@ def _plan(name: str, kernel_of, a: np.ndarray, tile: int, rows: int, shared: int
         raise ValueError(f"rows must be at most tile: a block of tile x rows threads moves a tile x tile tile, "
                          f"got tile={tile}, rows={rows}")
     block_threads(f"tile={tile}, rows={rows} ({tile} x {rows} threads)", tile * rows)
-    shared_bytes(f"tile={tile}", shared * 4)
+    if pad is None:
+        kernel = _transpose_naive_kernel(tile, rows)
+    else:
+        shared_bytes(f"tile={tile}", 4 * tile * (tile + pad))
+        kernel = _transpose_tile_kernel(tile, rows, tile + pad)
     R, C = a.shape
     out = np.empty((C, R), dtype=np.float32)
-    step = KernelStep(kernel_of(tile, rows), (ceil_div(C, tile), ceil_div(R, tile)), (tile, rows), (a, out))
+    step = KernelStep(kernel, (ceil_div(C, tile), ceil_div(R, tile)), (tile, rows), (a, out))
     return KernelPlan(name, (step,), out, flops=0, modeled_bytes=8 * R * C)
 
 
@@ -92,7 +97,7 @@ def transpose_naive(a: np.ndarray, tile: int = 32, rows: int = 8) -> KernelPlan:
 
     Blocks of ``tile`` x ``rows`` threads, one ``tile`` x ``tile`` piece each. Global traffic ``8 R C`` bytes.
     """
-    return _plan("transpose_naive", _transpose_naive_kernel, a, tile, rows, 0)
+    return _plan("transpose_naive", a, tile, rows, pad=None)
 
 
 @HostOp
@@ -102,7 +107,7 @@ def transpose_shared(a: np.ndarray, tile: int = 32, rows: int = 8) -> KernelPlan
 
     Shared memory: ``4 tile^2`` bytes per block. Global traffic ``8 R C`` bytes.
     """
-    return _plan("transpose_shared", functools.partial(_transpose_shared_kernel, pad=0), a, tile, rows, tile * tile)
+    return _plan("transpose_shared", a, tile, rows, pad=0)
 
 
 @HostOp
@@ -112,5 +117,4 @@ def transpose_padded(a: np.ndarray, tile: int = 32, rows: int = 8) -> KernelPlan
 
     Shared memory: ``4 tile (tile + 1)`` bytes per block. Global traffic ``8 R C`` bytes.
     """
-    return _plan("transpose_padded", functools.partial(_transpose_shared_kernel, pad=1), a, tile, rows,
-                 tile * (tile + 1))
+    return _plan("transpose_padded", a, tile, rows, pad=1)
