@@ -4,7 +4,10 @@ Importing ``mlsys_lib`` already chose the backend (see :mod:`mlsys_lib.kernels.d
 
 * host wrappers (numpy in, numpy out, any size, float32; ``op.plan(...)`` gives the launch plan):
   ``elementwise_map``, ``conv1d_naive``, ``conv1d_shared``, ``matmul_naive``, ``matmul_tiled``,
-  ``matmul_register_blocked``, ``attention_naive``, ``attention_fused``;
+  ``matmul_register_blocked``, ``attention_naive``, ``attention_fused``; the warp-level lecture's
+  ``transpose_naive``/``_shared``/``_padded``, ``reduce_interleaved``/``_interleaved_strided``/
+  ``_sequential``/``_first_add``/``_warp_unrolled``, ``scan_hillis_steele``, ``scan_blelloch``
+  (with ``scan_work_depth``), ``softmax_rows``, ``layernorm_rows``;
 * device helpers for tiled kernels: ``load_tile``, ``load_span``, ``block_thread_id``;
 * instrumented simulation: ``instrument()`` yields a ``Report`` (traffic per block and thread,
   warp requests: global sectors, shared bank conflicts, divergence; shared-memory races,
@@ -31,6 +34,11 @@ _EXPORTS = {
     "conv1d_naive": "conv1d", "conv1d_shared": "conv1d",
     "matmul_naive": "matmul", "matmul_tiled": "matmul", "matmul_register_blocked": "matmul",
     "attention_naive": "attention", "attention_fused": "attention",
+    "transpose_naive": "transpose", "transpose_shared": "transpose", "transpose_padded": "transpose",
+    "reduce_interleaved": "reduce", "reduce_interleaved_strided": "reduce", "reduce_sequential": "reduce",
+    "reduce_first_add": "reduce", "reduce_warp_unrolled": "reduce",
+    "scan_hillis_steele": "scan", "scan_blelloch": "scan", "scan_work_depth": "scan",
+    "softmax_rows": "norms", "layernorm_rows": "norms",
     "load_tile": "tiles", "load_span": "tiles", "block_thread_id": "tiles",
     "instrument": "instrumentation",
     "Report": "report", "LaunchRecord": "report", "Race": "report", "OutOfBounds": "report",
