@@ -107,6 +107,7 @@ def plot_session(measurements: list[KernelMeasurement], attention: dict[str, lis
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     plot_roofline(peak.roofline, roofline_points(measurements, peak.roofline), ax=ax)
+    ax.legend(loc="upper left", fontsize=8)  # the slow kernels sit low on the right
     ax.set_title(f"The course's kernels timed on {peak.name}")
     fig.tight_layout()
     roofline_png = out_dir / "lec06_roofline_gpu.png"
