@@ -25,6 +25,8 @@ FIGURES = {
     "lec10_llm": ["lec10_flops.png", "lec10_intensity.png", "lec10_kv_cache.png", "lec10_fragmentation.png",
                   "lec10_serving.png", "lec10_speculative.png"],
     "lec11_distributed": ["lec11_overlap.png", "lec11_buckets.png", "lec11_zero_memory.png", "lec11_stragglers.png"],
+    "lec12_gpu_perf": ["lec12_coalescing.png", "lec12_bank_conflicts.png", "lec12_reduction.png", "lec12_scan.png",
+                       "lec12_occupancy.png"],
 }
 
 #: The claims each lecture's timing figures state with mlsys_lib.viz.claim (their ratio is printed; at
