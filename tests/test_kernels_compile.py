@@ -95,6 +95,14 @@ def test_every_kernel_links_for_sm80_and_sm90():
         "conv1d_shared(block=128, width=3)": 4 * (128 + 2 * 3 - 1),
         "matmul_tiled(tile=16)": 4 * 2 * 16 * 16,
         "attention_fused(16, 16, d=64, dv=64)": 4 * (16 * 64 + 16 * (64 + 64)),
+        "transpose_shared(32, 8)": 4 * 32 * 32,
+        "transpose_padded(32, 8)": 4 * 32 * 33,
+        **{f"reduce_{name}(256)": 4 * 256 for name in ("interleaved", "strided", "sequential", "first_add",
+                                                        "warp_unrolled")},
+        "scan_hillis_steele(256)": 4 * 2 * 256,  # double-buffered
+        "scan_blelloch(256)": 4 * 256,
+        "softmax_rows(128, d=1024)": 4 * (1024 + 128),  # the row, and the block's partial results
+        "layernorm_rows(128, d=1024)": 4 * (1024 + 128),
         "lab06 conv1d_shared(16, 3)": 4 * (16 + 2 * 3 - 1),
         "lab06 matmul_tiled(16)": 4 * 2 * 16 * 16,
         "lab06 attention_fused(16, 16, 64, 64)": 4 * (16 * 64 + 16 * (64 + 64)),

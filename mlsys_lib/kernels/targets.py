@@ -213,9 +213,13 @@ def _square(v):
 
 
 def library_cases(d: int = 64, dv: int = 64) -> list[KernelCase]:
-    """Every kernel of :mod:`mlsys_lib.kernels` at its host wrapper's defaults (and v = 8); attention head sizes d, dv."""
-    from . import attention, conv1d, elementwise, matmul
+    """Every kernel of :mod:`mlsys_lib.kernels` at its host wrapper's defaults (and v = 8); attention head
+    sizes d, dv."""
+    from . import attention, conv1d, elementwise, matmul, norms, reduce, scan, transpose
 
+    reductions = [("interleaved", False, reduce._interleaved_tree), ("strided", False, reduce._strided_tree),
+                  ("sequential", False, reduce._sequential_tree), ("first_add", True, reduce._sequential_tree),
+                  ("warp_unrolled", True, reduce._warp_unrolled_tree)]
     return [
         KernelCase("elementwise_map(v * v)", lambda: elementwise._map_kernel(_square), (_VEC, _VEC)),
         KernelCase("conv1d_naive", lambda: conv1d._conv1d_naive_kernel, (_VEC, _VEC, _VEC)),
@@ -231,4 +235,14 @@ def library_cases(d: int = 64, dv: int = 64) -> list[KernelCase]:
         KernelCase(f"attention_fused(16, 16, d={d}, dv={dv})",
                    lambda: attention._attention_fused_kernel(16, 16, d, dv),
                    (_MAT, _MAT, _MAT, _MAT, _F32, types.boolean)),
+        KernelCase("transpose_naive(32, 8)", lambda: transpose._transpose_naive_kernel(32, 8), (_MAT, _MAT)),
+        KernelCase("transpose_shared(32, 8)", lambda: transpose._transpose_tile_kernel(32, 8, 32), (_MAT, _MAT)),
+        KernelCase("transpose_padded(32, 8)", lambda: transpose._transpose_tile_kernel(32, 8, 33), (_MAT, _MAT)),
+        *[KernelCase(f"reduce_{name}(256)", lambda first_add=first_add, tree=tree: reduce._reduce_kernel(
+            256, first_add, tree), (_VEC, _VEC)) for name, first_add, tree in reductions],
+        KernelCase("scan_hillis_steele(256)", lambda: scan._hillis_steele_kernel(256), (_VEC, _VEC, _VEC)),
+        KernelCase("scan_blelloch(256)", lambda: scan._blelloch_kernel(256), (_VEC, _VEC, _VEC)),
+        KernelCase("scan: add block offsets", lambda: scan._add_block_offsets_kernel, (_VEC, _VEC)),
+        KernelCase("softmax_rows(128, d=1024)", lambda: norms._softmax_kernel(128, 1024), (_MAT, _MAT)),
+        KernelCase("layernorm_rows(128, d=1024)", lambda: norms._layernorm_kernel(128, 1024, 1e-5), (_MAT, _MAT)),
     ]
