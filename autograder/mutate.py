@@ -550,13 +550,51 @@ def _killers(outcomes: dict[str, str | None], baseline: dict[str, str | None]) -
     return [test for test, error in outcomes.items() if error is not None and baseline.get(test) is None]
 
 
+_READS_ANYTHING = {"globals", "locals", "vars", "eval", "exec", "__import__"}
+
+
+def _binds_and_reads(source: str) -> tuple[set[str], set[str] | None]:
+    """The names a cell binds at top level, and every name it reads (None: it may read any, being
+    unparsable or reaching names dynamically)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(), None
+    binds: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            binds.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            binds |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        else:
+            binds |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return binds, (None if reads & _READS_ANYTHING else reads)
+
+
+def last_affected_test(cells: list[Cell], answers: dict[int, str]) -> int:
+    """Index of the last cell that can see what ``answers`` (index -> source) change: a test cell that
+    reads a name they bind, or one bound by a later cell that reads such a name, and so on. Test
+    cells after it read nothing the answers touch, so they pass as with the reference answers."""
+    touched: set[str] = set()
+    last = min(answers)
+    for index in range(min(answers), len(cells)):
+        binds, reads = _binds_and_reads(answers.get(index, cells[index].source))
+        if index in answers or reads is None or reads & touched:
+            touched |= binds
+            if cells[index].kind == "test" or reads is None:
+                last = index
+    return last
+
+
 def _run_suffix(cells: list[Cell], start: int, answers: dict[int, str], namespace: dict,
-                baseline: dict[str, str | None] | None = None, own_end: int = 0) -> dict:
-    """(In a child.) Run the cells from ``cells[start]`` on, ``answers[i]`` in place of ``cells[i]``;
-    return ``{"tests": {test grade_id: None or the error}}``. With a ``baseline``, stop once the
-    answer is killed and the cells before ``cells[own_end]`` (the exercise's own tests) have run."""
+                baseline: dict[str, str | None] | None = None, own_end: int = 0, stop: int | None = None) -> dict:
+    """(In a child.) Run the cells from ``cells[start]`` to ``cells[stop]`` (default: the last),
+    ``answers[i]`` in place of ``cells[i]``; return ``{"tests": {test grade_id: None or the error}}``.
+    With a ``baseline``, stop once the answer is killed and the cells before ``cells[own_end]`` (the
+    exercise's own tests) have run."""
     outcomes: dict[str, str | None] = {}
-    for index in range(start, len(cells)):
+    for index in range(start, len(cells) if stop is None else stop + 1):
         cell = cells[index]
         error = _execute(answers.get(index, cell.source), cell, namespace)
         if cell.kind == "test":
@@ -700,9 +738,10 @@ def failing_tests(path: Path, variants: dict[str, dict[str, str]], *, edition: s
     """The graded test cells each variant of the notebook fails, found by forking (fast).
 
     A *variant* (a wrong-answer fixture) replaces some answer cells: ``{grade_id: source}``. Each runs
-    in a child forked just before its first replaced cell, from there to the end; the tests before it
-    are taken to pass, as with the reference answers. Returns name -> the failing tests' grade_ids,
-    or what went wrong ("timed out", "exit status 1") when the child gave no answer.
+    in a child forked just before its first replaced cell, up to the last test that can see what it
+    changes (:func:`last_affected_test`, which follows names through the notebook); the tests before
+    and after those are taken to pass, as with the reference answers. Returns name -> the failing
+    tests' grade_ids, or what went wrong ("timed out", "exit status 1") when the child gave no answer.
     """
     cells = read_cells(path)
     index = {cell.grade_id: i for i, cell in enumerate(cells) if cell.kind == "answer"}
@@ -722,8 +761,9 @@ def failing_tests(path: Path, variants: dict[str, dict[str, str]], *, edition: s
             for start in sorted(runs):
                 _run_quietly(cells[done:start], namespace)
                 done = start
-                tasks = {name: (lambda start=start, answers=answers: _run_suffix(cells, start, answers, namespace))
-                         for name, answers in runs[start].items()}
+                tasks = {name: (lambda start=start, answers=answers: _run_suffix(
+                    cells, start, answers, namespace, stop=last_affected_test(cells, answers)))
+                    for name, answers in runs[start].items()}
                 for name, outcome in run_forked(tasks, jobs=jobs, timeout=timeout).items():
                     results[name] = (outcome.problem if outcome.payload is None else
                                      sorted(test for test, error in outcome.payload["tests"].items() if error is not None))

@@ -11,8 +11,8 @@ import nbformat
 import pytest
 
 from autograder import cli, mutate, paths
-from autograder.mutate import (EQUIVALENT, KILLED, SURVIVED, TIMED_OUT, failing_tests, format_report,
-                               generate_mutants, mutate_notebook, run_forked, select_mutants)
+from autograder.mutate import (EQUIVALENT, KILLED, SURVIVED, TIMED_OUT, Cell, failing_tests, format_report,
+                               generate_mutants, last_affected_test, mutate_notebook, run_forked, select_mutants)
 
 CLAMP = '''def clamp(x, lo, hi):
     """x limited to [lo, hi]."""
@@ -328,3 +328,21 @@ def test_cli_exit_status_follows_min_score(tmp_path, monkeypatch, capsys):
     table = capsys.readouterr().out.splitlines()[1:4]
     assert [row.split()[0] for row in table] == ["exercise", "clamp", "total"]
     assert table[1].split()[-1] == "80.0%"
+
+
+def test_a_variant_runs_up_to_the_last_test_that_can_see_it():
+    cells = [Cell(source, kind, name, number) for number, (kind, name, source) in enumerate([
+        ("answer", "f", "def f(x):\n    return x + 1"),
+        ("test", "test_f", "assert f(1) == 2"),
+        ("answer", "g", "def g(x):\n    return 2 * x"),
+        ("test", "test_g", "assert g(2) == 4"),          # reads nothing f touches
+        ("code", None, "table = [f(i) for i in range(3)]"),
+        ("test", "test_table", "assert table == [1, 2, 3]"),  # reads table, which f made
+        ("test", "test_g_again", "assert g(1) == 2"),
+    ])]
+    assert last_affected_test(cells, {0: cells[0].source}) == 5
+    assert last_affected_test(cells, {2: cells[2].source}) == 6
+    dynamic = cells[:6] + [Cell("assert globals()['g'](1) == 2", "test", "test_dynamic", 6)]
+    assert last_affected_test(dynamic, {0: dynamic[0].source}) == 6  # reaches names dynamically: runs
+    unparsable = cells[:6] + [Cell("assert g(1) == (", "test", "test_broken", 6)]
+    assert last_affected_test(unparsable, {0: unparsable[0].source}) == 6
