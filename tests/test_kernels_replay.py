@@ -13,6 +13,7 @@ import json
 import linecache
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -112,7 +113,26 @@ def scenarios() -> dict[str, tuple[list, list[np.ndarray]]]:
         with instrument(limit=1000) as report:
             outputs = run()
         results[name] = (report.launches, outputs)
+    results["lab06 first example"] = lab06_first_example()
     return results
+
+
+def lab06_first_example() -> tuple[list, list[np.ndarray]]:
+    """Lab 6's import cell and its first ``instrument()`` cell, run as notebook cells: (launches, [out])."""
+    notebook = json.loads((Path(__file__).parent.parent / "solutions/lab06_gpu/lab06_gpu.ipynb").read_text())
+    code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    cells = [code[0], next(c for c in code if "with instrument() as report" in c)]
+    namespace = {"__name__": "__main__"}
+    for number, cell in enumerate(cells):
+        cell = "".join(line for line in cell.splitlines(keepends=True) if not line.startswith("%"))
+        filename = f"/tmp/ipykernel_4242/lab06_{number}.py"
+        linecache.cache[filename] = (len(cell), None, cell.splitlines(keepends=True), filename)
+        exec(compile(cell, filename, "exec"), namespace)
+    return namespace["report"].launches, [namespace["out"]]
+
+
+def interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def failures() -> dict[str, str]:
@@ -137,6 +157,21 @@ def failures() -> dict[str, str]:
         with instrument() as again:  # a new worker
             cell["make_shift"](8, 1)[1, 8](np.ones(8, np.float32), np.zeros(8, np.float32))
         seen["launches after the kill"] = str(len(again.launches))
+        exec("import time\n@cuda.jit\ndef sleepy(x):\n    time.sleep(60)\n", namespace)
+        signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)  # Ctrl-C in the middle of a long launch
+        with instrument():
+            try:
+                namespace["sleepy"][1, 1](np.zeros(1))
+            except KeyboardInterrupt:
+                seen["interrupted"] = "yes"
+        with instrument() as again:  # a new worker, not the one still sleeping with a reply to come
+            cell["make_shift"](8, 1)[1, 8](np.ones(8, np.float32), np.zeros(8, np.float32))
+        seen["launches after the interrupt"] = " ".join(launch.kernel for launch in again.launches)
+        out = np.zeros(8, np.float32)
+        with instrument() as older:  # numba-cuda 0.20 calls call(args, griddim, blockdim, stream, sharedmem)
+            cell["make_shift"](8, 1).call((np.ones(8, np.float32), out), (1, 1, 1), (8, 1, 1), 0, 0)
+        seen["0.20 call"] = f"{len(older.launches)} {out.tolist()}"
         out = np.zeros(8, np.float32)
         try:  # outside instrument(): the GPU, or the driver's absence on a machine without one
             cell["make_shift"](8, 1)[1, 8](np.ones(8, np.float32), out)
@@ -183,7 +218,7 @@ def assert_same_launch(got, want) -> None:
 
 
 @pytest.mark.parametrize("name", ["matmul_tiled", "conv1d_shared", "reduce_warp_unrolled", "transpose_padded",
-                                  "notebook", "device array"])
+                                  "notebook", "device array", "lab06 first example"])
 def test_gpu_backend_replay_gives_the_simulators_report_and_results(name, gpu_side, sim_side):
     (got_launches, got_outputs), (want_launches, want_outputs) = gpu_side[0][name], sim_side[name]
     assert len(got_launches) == len(want_launches) > 0
@@ -203,12 +238,21 @@ def test_notebook_kernel_keeps_its_names_race_and_bad_reads(gpu_side):
     np.testing.assert_array_equal(out, want)
 
 
-def test_a_kernel_raising_and_a_dying_worker_are_reported_clearly(gpu_side):
+def test_lab06_first_example_runs_instrumented_on_the_gpu_backend(gpu_side):
+    (launch,), (out,) = gpu_side[0]["lab06 first example"]
+    assert "MLSYS_DEVICE=gpu" in gpu_side[2]  # the import cell printed the backend's reason
+    np.testing.assert_array_equal(out, 2 * np.arange(10))
+    assert (launch.kernel, launch.grid, launch.block) == ("scale_kernel", (3, 1, 1), (4, 1, 1))
+    assert launch.total("global_reads") == launch.total("global_writes") == 10 and launch.ok
+
+
+def test_a_kernel_raising_a_dying_worker_and_an_interrupt_are_handled(gpu_side):
     seen, stdout = gpu_side[1], gpu_side[2]
     assert "x is not what I wanted" in seen["raised"] and seen["launches after raising"] == "1"
     assert "thread 1 gives up" in stdout
     assert "doomed" in seen["killed"] and "died" in seen["killed"]
-    assert seen["launches after the kill"] == "1"
+    assert seen["interrupted"] == "yes" and seen["launches after the interrupt"] == "shift_kernel"
+    assert seen["launches after the kill"] == "1" and seen["0.20 call"] == f"1 {[2.0] * 8}"
     assert seen["outside"] in ("CudaSupportError", str([2.0] * 8)), seen["outside"]  # not replayed
 
 

@@ -74,10 +74,16 @@ def replay_launches(report: Report, limit: int) -> Iterator[None]:
         _report = None
 
 
-def _replayed_call(dispatcher: Any, args: tuple, launch_config: Any) -> None:
-    """Stands in for ``CUDADispatcher.call``: the launch runs instrumented on the simulator worker."""
+def _replayed_call(dispatcher: Any, args: tuple, *launch: Any) -> None:
+    """Stands in for ``CUDADispatcher.call``: the launch runs instrumented on the simulator worker.
+
+    ``launch`` is a ``_LaunchConfiguration`` (recent numba-cuda) or ``griddim, blockdim, stream, sharedmem`` (0.20).
+    """
     name = dispatcher.py_func.__name__
-    request = _launch_request(dispatcher, args, launch_config, _limit)
+    if len(launch) == 1:
+        launch = (launch[0].griddim, launch[0].blockdim, launch[0].stream, launch[0].sharedmem)
+    grid, block, _, sharedmem = launch
+    request = _launch_request(dispatcher, args, grid, block, sharedmem, _limit)
     reply = _exchange(request, name)
     if reply["record"] is not None:
         _report.launches.append(reply["record"])
@@ -121,7 +127,7 @@ def _filenames(code: types.CodeType) -> Iterator[str]:
             yield from _filenames(constant)
 
 
-def _launch_request(dispatcher: Any, args: tuple, launch_config: Any, limit: int) -> bytes:
+def _launch_request(dispatcher: Any, args: tuple, grid: tuple, block: tuple, sharedmem: int, limit: int) -> bytes:
     """The pickled launch: kernel, host copies of the arguments, launch shape, and the kernel's source lines."""
     buffer = io.BytesIO()
     pickler = _KernelPickler(buffer)
@@ -131,8 +137,8 @@ def _launch_request(dispatcher: Any, args: tuple, launch_config: Any, limit: int
         raise TypeError(f"instrument() on the GPU backend: kernel {dispatcher.py_func.__name__} or one of its "
                         f"arguments cannot be sent to the simulator: {error}") from error
     lines = {f: linecache.getlines(f) for f in pickler.filenames}
-    return pickle.dumps({"kernel": buffer.getvalue(), "lines": lines, "grid": launch_config.griddim,
-                         "block": launch_config.blockdim, "sharedmem": launch_config.sharedmem, "limit": limit})
+    return pickle.dumps({"kernel": buffer.getvalue(), "lines": lines, "grid": grid, "block": block,
+                         "sharedmem": sharedmem, "limit": limit})
 
 
 def _to_host(arg: Any) -> Any:
@@ -149,7 +155,7 @@ def _write_back(original: Any, after: Any) -> None:
     if isinstance(original, tuple):
         for a, b in zip(original, after):
             _write_back(a, b)
-    elif isinstance(original, np.ndarray):
+    elif isinstance(original, np.ndarray) and original.flags.writeable:  # a kernel cannot write a read-only one
         original[...] = after
     elif hasattr(original, "copy_to_device"):
         original.copy_to_device(after)
