@@ -31,6 +31,8 @@ from mlsys_lib.kernels.device import current_backend
 # (the grid covers more threads than x has elements).
 NOTEBOOK_FILE = "/tmp/ipykernel_4242/2718281828.py"
 NOTEBOOK_CELL = '''
+import warnings
+
 from numba import cuda, float32
 
 
@@ -58,6 +60,7 @@ def make_shift(block, shift):
 def failing_kernel(x):
     if cuda.threadIdx.x == 1:
         print("thread 1 gives up")
+        warnings.warn("x is suspicious")
         raise ValueError("x is not what I wanted")
     x[cuda.threadIdx.x] = 1
 '''
@@ -148,7 +151,7 @@ def failures() -> dict[str, str]:
     if current_backend() == "gpu":
         namespace = {"__name__": "__main__"}
         exec("import os, signal\nfrom numba import cuda\n@cuda.jit\ndef doomed(x):\n"
-             "    os.kill(os.getpid(), signal.SIGKILL)\n", namespace)
+             "    os.write(2, b'about to be killed')\n    os.kill(os.getpid(), signal.SIGKILL)\n", namespace)
         with instrument():
             try:
                 namespace["doomed"][1, 1](np.zeros(1))
@@ -182,8 +185,8 @@ def failures() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def gpu_side(tmp_path_factory) -> tuple[dict, dict, str]:
-    """Run this file as a script on the GPU backend: (scenarios, failures, its stdout)."""
+def gpu_side(tmp_path_factory) -> tuple[dict, dict, str, str]:
+    """Run this file as a script on the GPU backend: (scenarios, failures, its stdout, its stderr)."""
     out = tmp_path_factory.mktemp("replay") / "gpu.pkl"
     root = str(Path(__file__).parent.parent)  # this checkout's mlsys_lib, whichever one is installed
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"} | {"MLSYS_DEVICE": "gpu",
@@ -191,7 +194,7 @@ def gpu_side(tmp_path_factory) -> tuple[dict, dict, str]:
     done = subprocess.run([sys.executable, __file__, str(out)], capture_output=True, text=True, env=env,
                           timeout=300, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
-    return *pickle.loads(out.read_bytes()), done.stdout
+    return *pickle.loads(out.read_bytes()), done.stdout, done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -247,17 +250,19 @@ def test_lab06_first_example_runs_instrumented_on_the_gpu_backend(gpu_side):
 
 
 def test_a_kernel_raising_a_dying_worker_and_an_interrupt_are_handled(gpu_side):
-    seen, stdout = gpu_side[1], gpu_side[2]
+    seen, stdout, stderr = gpu_side[1:]
     assert "x is not what I wanted" in seen["raised"] and seen["launches after raising"] == "1"
-    assert "thread 1 gives up" in stdout
-    assert "doomed" in seen["killed"] and "died" in seen["killed"]
+    assert "thread 1 gives up" in stdout and "UserWarning: x is suspicious" in stderr
+    assert "doomed" in seen["killed"] and "died (exit code -9)" in seen["killed"]
+    assert seen["killed"].endswith("it said:\nabout to be killed")
     assert seen["interrupted"] == "yes" and seen["launches after the interrupt"] == "shift_kernel"
     assert seen["launches after the kill"] == "1" and seen["0.20 call"] == f"1 {[2.0] * 8}"
     assert seen["outside"] in ("CudaSupportError", str([2.0] * 8)), seen["outside"]  # not replayed
 
 
 def test_raising_kernel_raises_the_same_on_the_simulator(gpu_side):
-    want = failures()
+    with pytest.warns(UserWarning, match="x is suspicious"):
+        want = failures()
     assert gpu_side[1]["raised"] == want["raised"] and want["launches after raising"] == "1"
 
 

@@ -6,24 +6,25 @@ backend, :func:`~mlsys_lib.kernels.instrument` therefore intercepts each top-lev
 driver) and sends it to a long-lived worker, ``python -m mlsys_lib.kernels.replay`` with
 ``MLSYS_DEVICE=sim``, which runs it under its own ``instrument(limit)``:
 
-* the kernel travels as its Python function, by value (cloudpickle); any CUDA dispatcher it reaches
-  through globals or closures (device functions, other kernels) is re-jitted from its Python function
-  on the simulator, with the same ``device`` flag, unless it is defined at the top of an importable
-  module: then the worker takes its own (``mlsys_lib``'s kernels choose some device functions by
-  backend, e.g. ``syncwarp``, which the simulator lacks);
+* the kernel travels as its Python function, by value (cloudpickle), and so does any CUDA dispatcher
+  it reaches through globals or closures (device functions, other kernels), which the worker jits
+  again on the simulator with the same ``device`` flag; a dispatcher defined at the top of an
+  importable module travels by name, and the worker takes its own (some of ``mlsys_lib``'s device
+  functions depend on the backend: the simulator has no ``syncwarp``);
 * array arguments travel as numpy arrays (device arrays are copied to the host first); scalars as they are;
 * the source lines of every function sent go along (a notebook cell exists only in ``linecache``),
   so shared arrays get the names they have in the caller's source.
 
 The worker answers with the :class:`~mlsys_lib.kernels.report.LaunchRecord`, which joins the caller's
 report, the arguments' arrays after the launch, which are written back into the caller's arrays
-(numpy in place, device arrays copied to the device), and what the kernel printed. An exception
+(numpy in place, device arrays copied to the device), and what the kernel printed (to standard
+output and error). An exception
 raised in the kernel is raised again in the caller (same type where it can be rebuilt, with the
 simulator's message). Kernels launched outside ``instrument()`` run on the GPU as usual.
 
 The worker starts at the first instrumented launch and serves the following ones, block after
 block; it ends when this process does. If it dies, the launch it was running raises RuntimeError
-naming the kernel, and the next launch starts a new one.
+naming the kernel and quoting the end of the worker's standard error, and the next launch starts a new one.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ import pickle
 import struct
 import subprocess
 import sys
+import tempfile
 import types
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from typing import Any, BinaryIO, Iterator
 from unittest import mock
 
@@ -51,6 +53,7 @@ _HEADER = struct.Struct("<Q")  # the byte length of each pickled message
 _report: Report | None = None  # the report of the active instrument() block on the GPU backend
 _limit = 0
 _worker: subprocess.Popen | None = None
+_worker_errors: Any = None  # the worker's standard error (a temporary file): what it said if it dies
 
 
 def replaying() -> bool:
@@ -90,6 +93,7 @@ def _replayed_call(dispatcher: Any, args: tuple, *launch: Any) -> None:
     for original, after in zip(args, reply["args"]):
         _write_back(original, after)
     sys.stdout.write(reply["stdout"])
+    sys.stderr.write(reply["stderr"])
     if reply["error"] is not None:
         error = reply["error"]
         error.add_note(f"(kernel {name} replayed on the CUDA simulator by instrument())")
@@ -163,9 +167,10 @@ def _write_back(original: Any, after: Any) -> None:
 
 def _exchange(request: bytes, kernel: str) -> dict:
     """Send one launch to the worker and wait for its reply; a dead or interrupted worker is discarded."""
-    global _worker
+    global _worker, _worker_errors
     if _worker is None or _worker.poll() is not None:
-        _worker = _start_worker()
+        _worker_errors = tempfile.TemporaryFile()
+        _worker = _start_worker(_worker_errors)
     worker = _worker
     try:
         try:
@@ -180,16 +185,20 @@ def _exchange(request: bytes, kernel: str) -> dict:
     if reply is None:
         code = _stop(worker)
         _worker = None
+        _worker_errors.seek(0)
+        said = _worker_errors.read().decode(errors="replace")[-2000:].strip()
         raise RuntimeError(f"instrument(): the CUDA simulator worker replaying kernel {kernel} died "
-                           f"(exit code {code}) before it finished the launch")
+                           f"(exit code {code}) before it finished the launch" + (f"; it said:\n{said}" if said else ""))
     return pickle.loads(reply)
 
 
-def _start_worker() -> subprocess.Popen:
-    """``python -m mlsys_lib.kernels.replay`` on the simulator, importing from this process's ``sys.path``."""
+def _start_worker(errors: Any) -> subprocess.Popen:
+    """``python -m mlsys_lib.kernels.replay`` on the simulator, importing from this process's ``sys.path``;
+    its standard error goes to the file ``errors``."""
     path = os.pathsep.join(p for p in sys.path if isinstance(p, str) and p)
     env = {**os.environ, "MLSYS_DEVICE": "sim", "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path}
-    return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=errors, env=env)
 
 
 def _stop(worker: subprocess.Popen) -> int:
@@ -240,7 +249,7 @@ def _replay(request: bytes) -> bytes:
     """
     from .instrumentation import instrument
 
-    printed = io.StringIO()
+    printed, warned = io.StringIO(), io.StringIO()
     report, args, error = Report(), (), None
     try:
         message = pickle.loads(request)
@@ -248,12 +257,17 @@ def _replay(request: bytes) -> bytes:
             if lines:
                 linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
         kernel, args = pickle.loads(message["kernel"])
-        with instrument(message["limit"]) as report, redirect_stdout(printed):
+        with instrument(message["limit"]) as report, redirect_stdout(printed), redirect_stderr(warned):
             kernel[message["grid"], message["block"], 0, message["sharedmem"]](*args)
     except Exception as raised:
         error = _portable(raised)
-    record = report.launches[0] if report.launches else None
-    return pickle.dumps({"record": record, "args": args, "stdout": printed.getvalue(), "error": error})
+    reply = {"record": report.launches[0] if report.launches else None, "args": args,
+             "stdout": printed.getvalue(), "stderr": warned.getvalue(), "error": error}
+    try:
+        return pickle.dumps(reply)
+    except Exception as unsent:  # an argument pickle cannot carry: the caller's arrays stay as they were
+        return pickle.dumps(reply | {"args": (), "error": RuntimeError(f"the launch's results cannot be sent back: "
+                                                                       f"{unsent}")})
 
 
 def _portable(error: Exception) -> Exception:
