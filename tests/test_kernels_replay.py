@@ -1,9 +1,9 @@
 """``instrument()`` on the GPU backend replays each launch on the simulator in a worker: the same report as the simulator.
 
-This machine has no GPU, but Numba's real CUDA target imports without a driver and the replay takes
-the launch before anything calls the driver. So this file runs the same launches twice: here under
-the simulator (what pytest uses), and in a subprocess on the GPU backend (``MLSYS_DEVICE=gpu``,
-running this file as a script), and compares the reports and results exactly.
+No GPU is needed: Numba's real CUDA target imports without a driver and the replay takes the launch
+before anything calls the driver. This file, run as a script, makes the same launches on each backend
+(``MLSYS_DEVICE=gpu`` and ``=sim``, two subprocesses); the tests compare the reports and results
+exactly. On a GPU machine, device arrays and the launches outside ``instrument()`` are real.
 """
 
 from __future__ import annotations
@@ -89,10 +89,10 @@ class HostBackedArray:
 
 
 def device_array(data: np.ndarray):
-    """A device array of the backend in use (the simulator's own, or a stand-in for the GPU's)."""
+    """A device array of the backend in use (a stand-in on the GPU backend without a GPU)."""
     from numba import cuda
 
-    return HostBackedArray(data) if current_backend() == "gpu" else cuda.to_device(data)
+    return cuda.to_device(data) if current_backend() == "sim" or cuda.is_available() else HostBackedArray(data)
 
 
 def scenarios() -> dict[str, tuple[list, list[np.ndarray]]]:
@@ -184,23 +184,36 @@ def failures() -> dict[str, str]:
     return seen
 
 
+@dataclasses.dataclass
+class Side:
+    """What this file, run as a script on one backend, saw."""
+
+    scenarios: dict[str, tuple[list, list[np.ndarray]]]
+    failures: dict[str, str]
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="module")
-def gpu_side(tmp_path_factory) -> tuple[dict, dict, str, str]:
-    """Run this file as a script on the GPU backend: (scenarios, failures, its stdout, its stderr)."""
-    out = tmp_path_factory.mktemp("replay") / "gpu.pkl"
+def sides(tmp_path_factory) -> dict[str, Side]:
+    """Run this file as a script on each backend, both at once: {"gpu": ..., "sim": ...}.
+
+    Both are subprocesses, so that the comparison holds on a GPU machine too, where pytest itself runs on the GPU.
+    """
+    folder = tmp_path_factory.mktemp("replay")
     root = str(Path(__file__).parent.parent)  # this checkout's mlsys_lib, whichever one is installed
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"} | {"MLSYS_DEVICE": "gpu",
-                                                                                "PYTHONPATH": root}
-    done = subprocess.run([sys.executable, __file__, str(out)], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=root)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return *pickle.loads(out.read_bytes()), done.stdout, done.stderr
-
-
-@pytest.fixture(scope="module")
-def sim_side() -> dict:
-    assert current_backend() == "sim"
-    return scenarios()
+    runs = {}
+    for backend in ("gpu", "sim"):
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"} | {"MLSYS_DEVICE": backend,
+                                                                                    "PYTHONPATH": root}
+        runs[backend] = subprocess.Popen([sys.executable, __file__, backend, str(folder / backend)], cwd=root,
+                                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    result = {}
+    for backend, run in runs.items():
+        stdout, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stdout + stderr
+        result[backend] = Side(*pickle.loads((folder / backend).read_bytes()), stdout, stderr)
+    return result
 
 
 def assert_same_launch(got, want) -> None:
@@ -222,8 +235,8 @@ def assert_same_launch(got, want) -> None:
 
 @pytest.mark.parametrize("name", ["matmul_tiled", "conv1d_shared", "reduce_warp_unrolled", "transpose_padded",
                                   "notebook", "device array", "lab06 first example"])
-def test_gpu_backend_replay_gives_the_simulators_report_and_results(name, gpu_side, sim_side):
-    (got_launches, got_outputs), (want_launches, want_outputs) = gpu_side[0][name], sim_side[name]
+def test_gpu_backend_replay_gives_the_simulators_report_and_results(name, sides):
+    (got_launches, got_outputs), (want_launches, want_outputs) = sides["gpu"].scenarios[name], sides["sim"].scenarios[name]
     assert len(got_launches) == len(want_launches) > 0
     for got, want in zip(got_launches, want_launches):
         assert_same_launch(got, want)
@@ -231,8 +244,8 @@ def test_gpu_backend_replay_gives_the_simulators_report_and_results(name, gpu_si
         np.testing.assert_array_equal(got, want)
 
 
-def test_notebook_kernel_keeps_its_names_race_and_bad_reads(gpu_side):
-    (launch,), (x, out) = gpu_side[0]["notebook"]
+def test_notebook_kernel_keeps_its_names_race_and_bad_reads(sides):
+    (launch,), (x, out) = sides["gpu"].scenarios["notebook"]
     assert launch.kernel == "shift_kernel" and [a.name for a in launch.arrays] == ["x", "out", "tile", "spot"]
     assert launch.race_count == 2 * 7 and {r.array for r in launch.races} == {"spot"}  # 7 per block of 8
     assert launch.out_of_bounds_count == 3 and {o.index for o in launch.out_of_bounds} == {(13,), (14,), (15,)}
@@ -241,16 +254,16 @@ def test_notebook_kernel_keeps_its_names_race_and_bad_reads(gpu_side):
     np.testing.assert_array_equal(out, want)
 
 
-def test_lab06_first_example_runs_instrumented_on_the_gpu_backend(gpu_side):
-    (launch,), (out,) = gpu_side[0]["lab06 first example"]
-    assert "MLSYS_DEVICE=gpu" in gpu_side[2]  # the import cell printed the backend's reason
+def test_lab06_first_example_runs_instrumented_on_the_gpu_backend(sides):
+    (launch,), (out,) = sides["gpu"].scenarios["lab06 first example"]
+    assert "MLSYS_DEVICE=gpu" in sides["gpu"].stdout  # the import cell printed the backend's reason
     np.testing.assert_array_equal(out, 2 * np.arange(10))
     assert (launch.kernel, launch.grid, launch.block) == ("scale_kernel", (3, 1, 1), (4, 1, 1))
     assert launch.total("global_reads") == launch.total("global_writes") == 10 and launch.ok
 
 
-def test_a_kernel_raising_a_dying_worker_and_an_interrupt_are_handled(gpu_side):
-    seen, stdout, stderr = gpu_side[1:]
+def test_a_kernel_raising_a_dying_worker_and_an_interrupt_are_handled(sides):
+    seen, stdout, stderr = sides["gpu"].failures, sides["gpu"].stdout, sides["gpu"].stderr
     assert "x is not what I wanted" in seen["raised"] and seen["launches after raising"] == "1"
     assert "thread 1 gives up" in stdout and "UserWarning: x is suspicious" in stderr
     assert "doomed" in seen["killed"] and "died (exit code -9)" in seen["killed"]
@@ -260,13 +273,12 @@ def test_a_kernel_raising_a_dying_worker_and_an_interrupt_are_handled(gpu_side):
     assert seen["outside"] in ("CudaSupportError", str([2.0] * 8)), seen["outside"]  # not replayed
 
 
-def test_raising_kernel_raises_the_same_on_the_simulator(gpu_side):
-    with pytest.warns(UserWarning, match="x is suspicious"):
-        want = failures()
-    assert gpu_side[1]["raised"] == want["raised"] and want["launches after raising"] == "1"
+def test_raising_kernel_raises_the_same_on_the_simulator(sides):
+    got, want = sides["gpu"].failures, sides["sim"].failures
+    assert got["raised"] == want["raised"] and want["launches after raising"] == "1"
+    assert "thread 1 gives up" in sides["sim"].stdout and "UserWarning: x is suspicious" in sides["sim"].stderr
 
 
-if __name__ == "__main__":  # the GPU-backend side, run by the gpu_side fixture
-    assert current_backend() == "gpu", current_backend()
-    Path(sys.argv[1]).write_bytes(pickle.dumps((scenarios(), failures())))
-    print(json.dumps({"done": True}))
+if __name__ == "__main__":  # one side of the comparison, run by the `sides` fixture: BACKEND OUTPUT_FILE
+    assert current_backend() == sys.argv[1], current_backend()
+    Path(sys.argv[2]).write_bytes(pickle.dumps((scenarios(), failures())))
