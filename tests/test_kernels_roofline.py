@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import matplotlib
 import numpy as np
 import pytest
@@ -64,14 +60,6 @@ def test_timing_needs_a_real_gpu():
         time_cupy_matmul(A, B)
     with pytest.raises(TypeError, match="float32"):  # inputs are checked first, GPU or not
         time_cupy_matmul(A.astype(np.float64), B)
-
-
-def test_instrument_refuses_the_gpu_backend():
-    code = ("import mlsys_lib\nfrom mlsys_lib.kernels import instrument\n"
-            "try:\n    instrument().__enter__()\nexcept RuntimeError as e:\n    print(e)\n")
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"} | {"MLSYS_DEVICE": "gpu"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert "needs Numba's CUDA simulator" in result.stdout and "MLSYS_DEVICE=gpu" in result.stdout, result.stderr
 
 
 @pytest.mark.skipif(not gpu_available(), reason="needs an NVIDIA GPU")

@@ -11,7 +11,8 @@ Importing ``mlsys_lib`` already chose the backend (see :mod:`mlsys_lib.kernels.d
 * device helpers for tiled kernels: ``load_tile``, ``load_span``, ``block_thread_id``;
 * instrumented simulation: ``instrument()`` yields a ``Report`` (traffic per block and thread,
   warp requests: global sectors, shared bank conflicts, divergence; shared-memory races,
-  out-of-bounds accesses), for these kernels and any other;
+  out-of-bounds accesses), for these kernels and any other; on the GPU backend its launches are
+  replayed on the simulator in a worker process (``replay``), with the same report;
 * ``occupancy(block_threads, registers_per_thread, shared_bytes_per_block, gpu)``: theoretical
   occupancy from the spec table ``GPUS`` (A100, H100);
 * on a GPU: ``time_plan`` (CUDA events), ``time_cupy_matmul`` (cuBLAS);

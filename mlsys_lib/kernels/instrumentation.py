@@ -20,8 +20,10 @@ While the block is active, four pieces of Numba's CUDA simulator are wrapped (an
 The simulator starts one Python thread per thread of a block; during an instrumented launch they get
 1 MiB stacks (:data:`THREAD_STACK_BYTES`), so that full 32 x 32 blocks fit a 4 GiB address space.
 
-Works only under the simulator (``MLSYS_DEVICE=sim``, or a machine without a GPU). Only element
-accesses of arrays are counted: local arrays (``cuda.local.array``) are registers and not counted.
+On the GPU backend none of this runs in the caller's process: each launch inside the block is replayed,
+with these patches, in a simulator worker process (:mod:`mlsys_lib.kernels.replay`), and its record
+and results come back; launches outside the block run on the GPU. Only element accesses of arrays
+are counted: local arrays (``cuda.local.array``) are registers and not counted.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from unittest import mock
 
 import numpy as np
 
-from .device import current_backend, device_info
+from .device import current_backend
 from .report import Report
 from .traced import Recorder, TracedArray, declared_name
 
@@ -51,24 +53,37 @@ def instrument(limit: int = 100) -> Iterator[Report]:
     """Record every simulated launch inside the ``with`` block into the :class:`Report` it yields.
 
     ``limit`` caps the races and out-of-bounds accesses kept per launch (all are counted).
-    RuntimeError on a real GPU backend, or if an ``instrument()`` block is already active.
+    On the GPU backend the launches are replayed on the simulator in a worker process
+    (:mod:`mlsys_lib.kernels.replay`), with the same report. RuntimeError if a block is already active.
     """
     global _active
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"limit must be an int, got {type(limit).__name__}")
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    if current_backend() != "sim":
-        raise RuntimeError("instrument() needs Numba's CUDA simulator, but the backend is the GPU "
-                           f"({device_info()['reason']}); run with MLSYS_DEVICE=sim and import mlsys_lib "
-                           "before numba.cuda")
     if _active:
         raise RuntimeError("instrument() is already active; instrumented blocks do not nest")
+    report = Report()
+    if current_backend() == "sim":
+        recording = _simulator_patches(report, limit)
+    else:
+        from .replay import replay_launches
+
+        recording = replay_launches(report, limit)
+    with recording:
+        _active = True
+        try:
+            yield report
+        finally:
+            _active = False
+
+
+def _simulator_patches(report: Report, limit: int) -> ExitStack:
+    """Wrap the simulator's launch, shared arrays, syncthreads and atomics until the returned stack closes."""
     from numba.cuda.simulator import kernel as sim_kernel
     from numba.cuda.simulator import kernelapi
 
-    report = Report()
-    with ExitStack() as patches:
+    with ExitStack() as patches:  # closed here only if a patch fails
         launch = sim_kernel.FakeCUDAKernel.__call__
         patches.enter_context(mock.patch.object(sim_kernel.FakeCUDAKernel, "__call__",
                                                 _traced_launch(launch, report, limit)))
@@ -79,11 +94,7 @@ def instrument(limit: int = 100) -> Iterator[Report]:
         for name, operation in vars(kernelapi.FakeCUDAAtomic).items():
             if not name.startswith("_") and callable(operation):
                 patches.enter_context(mock.patch.object(kernelapi.FakeCUDAAtomic, name, _traced_atomic(operation)))
-        _active = True
-        try:
-            yield report
-        finally:
-            _active = False
+        return patches.pop_all()
 
 
 def _traced_launch(launch: Any, report: Report, limit: int) -> Any:

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
+from .replay import replaying
+
 
 Launch = tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]  # (kernel, grid, block, device args)
 
@@ -70,11 +72,16 @@ class KernelPlan:
         return launches, to_device(self.out)
 
     def run(self) -> np.ndarray:
-        """Launch every step and return ``out`` copied back to the host (float32, reshaped to ``shape``)."""
-        launches, out = self.device_steps()
+        """Launch every step and return ``out`` copied back to the host (float32, reshaped to ``shape``).
+
+        Under ``instrument()`` on the GPU backend the launches replay on the simulator: no device copies.
+        """
+        host = replaying()
+        launches, out = ([(s.kernel, s.grid, s.block, s.args) for s in self.steps], self.out) if host \
+            else self.device_steps()
         for kernel, grid, block, args in launches:
             kernel[grid, block](*args)
-        result = out.copy_to_host(self.out)
+        result = out if host else out.copy_to_host(self.out)
         return result if self.shape is None else result.reshape(self.shape)
 
 
