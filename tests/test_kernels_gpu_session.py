@@ -53,8 +53,11 @@ def test_the_figures_are_drawn_from_timings(tmp_path):
     timed = [KernelMeasurement("matmul tiled", 2 * 1024 ** 3, 8 << 20, 1e-4, "modeled"),
              KernelMeasurement("conv1d naive", 6 << 24, 16 << 24, 1e-4, "modeled")]
     attention = {"naive": [(256, 1e-4), (512, 4e-4)], "fused": [(256, 5e-5), (512, 1e-4)]}
-    written = plot_session(timed, attention, peak, tmp_path / "figures")
-    assert [p.name for p in written] == ["lec06_roofline_gpu.png", "lec06_attention_gpu.png"]
+    warp = [KernelMeasurement("transpose naive", 0, 8 << 20, 2e-5, "modeled"),
+            KernelMeasurement("sum first add", 2 ** 20, 4 << 20, 3e-6, "modeled")]
+    written = plot_session(timed, attention, warp, peak, tmp_path / "figures")
+    assert [p.name for p in written] == ["lec06_roofline_gpu.png", "lec06_attention_gpu.png",
+                                         "lec12_warp_kernels_gpu.png"]
     assert all(p.stat().st_size > 10_000 for p in written)
 
 

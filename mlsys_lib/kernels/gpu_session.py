@@ -1,11 +1,13 @@
 """The GPU lab session: time the course's kernels on a real GPU against the device's own peak.
 
 ``mlsys course figures --gpu`` (``make plots-gpu``) calls :func:`gpu_figures` on a machine with an
-NVIDIA GPU: every kernel of the lecture's roofline is run at GPU sizes and timed with CUDA events
-(:func:`~mlsys_lib.kernels.measure`), and a line per kernel says the global-memory bandwidth and
-FLOP/s it achieved against the peak of the device it ran on. Two figures are written next to the
-simulator's (``lec06_roofline_gpu.png``, ``lec06_attention_gpu.png``). Without a GPU it says so in
-one line and exits 0: the simulator's figures count work, they cannot time it.
+NVIDIA GPU: every kernel of lecture 6's roofline and of lecture 12's warp-level sequences (transpose,
+the five reductions, the two scans, softmax and LayerNorm) is run at GPU sizes and timed with CUDA
+events (:func:`~mlsys_lib.kernels.measure`), and a line per kernel says the global-memory bandwidth
+and FLOP/s it achieved against the peak of the device it ran on. Three figures are written next to
+the simulator's (``lec06_roofline_gpu.png``, ``lec06_attention_gpu.png``,
+``lec12_warp_kernels_gpu.png``). Without a GPU it says so in one line and exits 0: the simulator's
+figures count work, they cannot time it.
 
 The peak is computed from what the device reports (:func:`device_peak`), as NVIDIA's datasheets do:
 
@@ -95,10 +97,12 @@ def report_lines(measurements: Iterable[KernelMeasurement], peak: DevicePeak) ->
 
 
 def plot_session(measurements: list[KernelMeasurement], attention: dict[str, list[tuple[int, float]]],
-                 peak: DevicePeak, out_dir: Path) -> list[Path]:
-    """Draw the timed kernels on ``peak``'s roofline and attention's time vs length; return the two files.
+                 warp: list[KernelMeasurement], peak: DevicePeak, out_dir: Path) -> list[Path]:
+    """Draw the timed kernels on ``peak``'s roofline, attention's time vs length, and the warp-level
+    kernels' bandwidth against the peak; return the three files.
 
-    ``attention``: ``{"naive" | "fused": [(sequence length, seconds), ...]}``.
+    ``attention``: ``{"naive" | "fused": [(sequence length, seconds), ...]}``; ``warp``: lecture 12's kernels,
+    timed, in the order drawn (top to bottom).
     """
     import matplotlib.pyplot as plt
 
@@ -128,7 +132,28 @@ def plot_session(measurements: list[KernelMeasurement], attention: dict[str, lis
     attention_png = out_dir / "lec06_attention_gpu.png"
     fig.savefig(attention_png, dpi=120)
     plt.close(fig)
-    return [roofline_png, attention_png]
+    return [roofline_png, attention_png, _plot_warp_kernels(warp, peak, out_dir / "lec12_warp_kernels_gpu.png")]
+
+
+def _plot_warp_kernels(warp: list[KernelMeasurement], peak: DevicePeak, path: Path) -> Path:
+    """One bar per kernel: achieved bandwidth as a share of ``peak``'s, the time written beside it."""
+    import matplotlib.pyplot as plt
+
+    shares = [100 * m.gbps * 1e9 / peak.bandwidth for m in warp]
+    fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(warp) + 1.2))
+    rows = range(len(warp))[::-1]
+    ax.barh(rows, shares, color="C0")
+    for row, share, m in zip(rows, shares, warp):
+        ax.text(share + 1, row, f"{m.seconds * 1e3:.3f} ms", va="center", fontsize=8)
+    ax.set_yticks(list(rows), [m.name for m in warp], fontsize=8)
+    ax.axvline(100, color="gray", linestyle="--", label=f"peak {peak.bandwidth / 1e9:.0f} GB/s")
+    ax.set_xlabel("modeled global traffic / time, % of peak bandwidth (CUDA events)")
+    ax.set_title(f"Lecture 12's kernels on {peak.name}")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
@@ -148,6 +173,28 @@ def _plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
             ("attention naive", attention_naive.plan(Q, K, V)), ("attention fused", attention_fused.plan(Q, K, V))]
 
 
+def _warp_plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
+    """Lecture 12's kernels (and Lab 12's) at GPU sizes: each sequence in the lecture's order."""
+    from .norms import layernorm_rows, softmax_rows
+    from .reduce import (reduce_first_add, reduce_interleaved, reduce_interleaved_strided, reduce_sequential,
+                         reduce_warp_unrolled)
+    from .scan import scan_blelloch, scan_hillis_steele
+    from .transpose import transpose_naive, transpose_padded, transpose_shared
+
+    a = rng.standard_normal((4096, 4096)).astype(np.float32)
+    x = rng.standard_normal(1 << 24).astype(np.float32)
+    rows = rng.standard_normal((8192, 1024)).astype(np.float32)
+    plans = [(f"transpose {name} 4096²", op.plan(a)) for name, op in
+             (("naive", transpose_naive), ("shared tile", transpose_shared), ("padded tile", transpose_padded))]
+    plans += [(f"sum {name} 2²⁴", op.plan(x)) for name, op in
+              (("interleaved", reduce_interleaved), ("strided index", reduce_interleaved_strided),
+               ("sequential", reduce_sequential), ("first add", reduce_first_add),
+               ("warp-unrolled", reduce_warp_unrolled))]
+    plans += [(f"scan {name} 2²⁴", op.plan(x)) for name, op in
+              (("Hillis-Steele", scan_hillis_steele), ("Blelloch", scan_blelloch))]
+    return plans + [("softmax 8192x1024", softmax_rows.plan(rows)), ("LayerNorm 8192x1024", layernorm_rows.plan(rows))]
+
+
 def _attention_times(rng: np.random.Generator, repeats: int) -> dict[str, list[tuple[int, float]]]:
     from .attention import attention_fused, attention_naive
 
@@ -160,7 +207,7 @@ def _attention_times(rng: np.random.Generator, repeats: int) -> dict[str, list[t
 
 
 def gpu_figures(out_dir: Path, repeats: int = 20) -> list[Path]:
-    """Time the course's kernels on this GPU, print a line each against its peak, write the two figures.
+    """Time the course's kernels on this GPU, print a line each against its peak, write the three figures.
 
     RuntimeError without a GPU (the CLI checks :func:`~mlsys_lib.kernels.gpu_available` first).
     """
@@ -171,6 +218,7 @@ def gpu_figures(out_dir: Path, repeats: int = 20) -> list[Path]:
     rng = np.random.default_rng(0)
     peak = device_peak()
     measurements = [replace(measure(plan, repeats), name=name) for name, plan in _plans(rng)]
-    for line in report_lines(measurements, peak):
+    warp = [replace(measure(plan, repeats), name=name) for name, plan in _warp_plans(rng)]
+    for line in report_lines(measurements + warp, peak):
         print(line)
-    return plot_session(measurements, _attention_times(rng, repeats), peak, Path(out_dir))
+    return plot_session(measurements, _attention_times(rng, repeats), warp, peak, Path(out_dir))
