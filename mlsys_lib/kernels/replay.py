@@ -3,7 +3,7 @@
 Counting accesses needs Numba's CUDA simulator, and Numba picks one backend per process. On the GPU
 backend, :func:`~mlsys_lib.kernels.instrument` therefore intercepts each top-level kernel launch
 (``CUDADispatcher.call``, what ``kernel[grid, block](*args)`` calls, before anything touches the
-driver) and sends it to a long-lived worker, ``python -m mlsys_lib.kernels.replay`` with
+driver) and sends it to a long-lived worker, ``python -m mlsys_lib.kernels.replay_worker`` with
 ``MLSYS_DEVICE=sim``, which runs it under its own ``instrument(limit)``:
 
 * the kernel travels as its Python function, by value (cloudpickle), and so does any CUDA dispatcher
@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import types
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import contextmanager
 from typing import Any, BinaryIO, Iterator
 from unittest import mock
 
@@ -50,6 +50,7 @@ import numpy as np
 from .report import Report
 
 _HEADER = struct.Struct("<Q")  # the byte length of each pickled message
+WORKER = "mlsys_lib.kernels.replay_worker"  # the module the worker runs (``python -m``)
 _report: Report | None = None  # the report of the active instrument() block on the GPU backend
 _limit = 0
 _worker: subprocess.Popen | None = None
@@ -193,11 +194,11 @@ def _exchange(request: bytes, kernel: str) -> dict:
 
 
 def _start_worker(errors: Any) -> subprocess.Popen:
-    """``python -m mlsys_lib.kernels.replay`` on the simulator, importing from this process's ``sys.path``;
+    """``python -m mlsys_lib.kernels.replay_worker`` on the simulator, importing from this process's ``sys.path``;
     its standard error goes to the file ``errors``."""
     path = os.pathsep.join(p for p in sys.path if isinstance(p, str) and p)
     env = {**os.environ, "MLSYS_DEVICE": "sim", "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path}
-    return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=errors, env=env)
 
 
@@ -228,7 +229,7 @@ def _receive(pipe: BinaryIO) -> bytes | None:
     return message if len(message) == size else None
 
 
-# -- the worker's side -----------------------------------------------------------------------------
+# -- what the worker calls while unpickling a launch ----------------------------------------------
 def _module_attribute(module: str, name: str) -> Any:
     """A kernel or device function defined at the top of an importable module, as this process defines it."""
     return getattr(importlib.import_module(module), name)
@@ -239,58 +240,3 @@ def _rejit(py_func: Any, device: bool) -> Any:
     from numba import cuda
 
     return cuda.jit(device=device)(py_func)
-
-
-def _replay(request: bytes) -> bytes:
-    """Run one pickled launch under ``instrument()``; the pickled record, arguments, output and error.
-
-    An error before the launch (a module the kernel needs that this process cannot import) comes back
-    without a record, as one raised by the kernel comes back with its launch's record.
-    """
-    from .instrumentation import instrument
-
-    printed, warned = io.StringIO(), io.StringIO()
-    report, args, error = Report(), (), None
-    try:
-        message = pickle.loads(request)
-        for filename, lines in message["lines"].items():
-            if lines:
-                linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
-        kernel, args = pickle.loads(message["kernel"])
-        with instrument(message["limit"]) as report, redirect_stdout(printed), redirect_stderr(warned):
-            kernel[message["grid"], message["block"], 0, message["sharedmem"]](*args)
-    except Exception as raised:
-        error = _portable(raised)
-    reply = {"record": report.launches[0] if report.launches else None, "args": args,
-             "stdout": printed.getvalue(), "stderr": warned.getvalue(), "error": error}
-    try:
-        return pickle.dumps(reply)
-    except Exception as unsent:  # an argument pickle cannot carry: the caller's arrays stay as they were
-        return pickle.dumps(reply | {"args": (), "error": RuntimeError(f"the launch's results cannot be sent back: "
-                                                                       f"{unsent}")})
-
-
-def _portable(error: Exception) -> Exception:
-    """The exception if it survives pickling, else a RuntimeError carrying its type's name and message."""
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-
-
-def _serve() -> None:
-    """The worker's loop: one launch per message on stdin, one reply each on the original stdout.
-
-    ``python -m`` imported ``mlsys_lib`` first, which chose the simulator from ``MLSYS_DEVICE=sim``.
-    """
-    requests = os.fdopen(os.dup(0), "rb")
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # a kernel reading stdin must not eat the requests
-    os.dup2(2, 1)  # nor stray writes to fd 1 (C code, a child process) corrupt the replies
-    while (request := _receive(requests)) is not None:
-        _send(replies, _replay(request))
-
-
-if __name__ == "__main__":
-    _serve()
