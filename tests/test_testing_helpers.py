@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from mlsys_lib.testing import ReferenceUsedError, assert_loops_only, numpy_view, reference_guard, reference_parts
+from mlsys_lib.testing import (ReferenceUsedError, assert_identical, assert_loops_only, assert_unaliased, deterministic,
+                               frozen, identical, numpy_view, reference_guard, reference_parts)
 
 
 def reference(x):
@@ -166,3 +167,115 @@ def test_exact_types_refuse_subclasses_that_always_agree():
         int_tuple((1, Yes(2)))
     plain = int_tuple((np.int64(3), 1))
     assert plain == (3, 1) and all(type(v) is int for v in plain)
+
+
+# ---- frozen inputs, aliasing -------------------------------------------------------------------------
+
+def _sgd_in_place(param, grad, lr):
+    param -= lr * grad
+    return param
+
+
+def _sgd(param, grad, lr):
+    return param - lr * grad
+
+
+def _clip_in_place(values, low):
+    np.maximum(values, low, out=values)
+    return values
+
+
+def _set_first(state):
+    state["m"][0] = 1.0
+    return state
+
+
+@njit
+def _njit_fill(x):
+    x[0] = 1.0
+    return x
+
+
+def test_frozen_names_the_input_written_and_restores_writeability():
+    theta, g = np.arange(3.0), np.ones(3)
+    with frozen(param=theta, grad=g):
+        new = _sgd(theta, g, 0.1)
+    assert np.array_equal(new, np.arange(3.0) - 0.1) and theta.flags.writeable and g.flags.writeable
+    with pytest.raises(AssertionError, match=r"input 'param' at `param -= lr \* grad`"):
+        with frozen(grad=g, param=theta):
+            _sgd_in_place(theta, g, 0.1)
+    assert np.array_equal(theta, np.arange(3.0)) and theta.flags.writeable  # nothing written, writeable again
+    with pytest.raises(AssertionError, match="input 'values'"):
+        with frozen(values=theta):
+            _clip_in_place(theta, 1.0)
+    with pytest.raises(AssertionError, match="input 'state'"):  # arrays inside a dict, by subscript
+        with frozen(state={"m": theta, "v": g}):
+            _set_first({"m": theta, "v": g})
+
+
+def test_frozen_catches_numba_writes_and_keeps_other_errors():
+    x = np.zeros(2)
+    with pytest.raises(AssertionError, match="writes into"):
+        with frozen(x=x):
+            _njit_fill(x)
+    with pytest.raises(KeyError):  # an unrelated error passes through unchanged
+        with frozen(x=x):
+            {}["missing"]
+    readonly = np.zeros(2)
+    readonly.flags.writeable = False
+    with frozen(x=readonly):
+        pass
+    assert not readonly.flags.writeable  # an array read-only before stays so
+
+
+def test_frozen_reaches_arrays_held_by_objects():
+    a = Strided(np.arange(6.0), (2, 3), (3, 1), 0)
+    with pytest.raises(AssertionError, match="input 'a'"):
+        with frozen(a=a):
+            a.storage[0] = 5.0
+
+
+def test_assert_unaliased():
+    x = np.arange(6.0)
+    assert_unaliased(x.copy(), x=x)
+    assert_unaliased((x + 1, [x * 2]), x=x)
+    for alias in (x, x[2:], x.reshape(2, 3), (x.copy(), x[::2]), {"w": x.T}):
+        with pytest.raises(AssertionError, match="shares memory with the input 'x'"):
+            assert_unaliased(alias, x=x)
+
+
+# ---- randomness, bit-exact comparison ----------------------------------------------------------------
+
+def test_assert_identical_sees_signed_zeros_nan_payloads_and_dtypes():
+    assert_identical([np.array([np.nan, -0.0]), 1.5, {"k": (1, "a")}], [np.array([np.nan, -0.0]), 1.5, {"k": (1, "a")}])
+    quiet, payload = np.array([np.nan]), np.array([0x7FF8000000000001], dtype=np.uint64).view(np.float64)
+    for a, b, where in [(np.array([0.0]), np.array([-0.0]), "element 0"), (quiet, payload, "element 0"),
+                        (np.zeros(2, np.float32), np.zeros(2), "float32"), (0.0, -0.0, "0.0"),
+                        (np.float32(1), 1.0, "float32 vs float"), ([1, 2], [1, 2, 3], "length"), (1, True, "int vs bool")]:
+        assert not identical(a, b)
+        with pytest.raises(AssertionError, match=where):
+            assert_identical(a, b)
+
+
+def _shuffle_given(rng):
+    return rng.permutation(8)
+
+
+def _shuffle_global(rng):
+    return np.random.permutation(8)
+
+
+def _shuffle_reseeded(rng):
+    return np.random.default_rng(0).permutation(8)
+
+
+def test_deterministic():
+    assert np.array_equal(deterministic(_shuffle_given), np.random.default_rng(0).permutation(8))
+    with pytest.raises(AssertionError, match="global RNG"):
+        deterministic(_shuffle_global)
+    with pytest.raises(AssertionError, match="same for seeds 0 and 1"):
+        deterministic(_shuffle_reseeded)
+    deterministic(_shuffle_reseeded, seed_matters=False)
+    import random
+    with pytest.raises(AssertionError, match="`random` module"):
+        deterministic(lambda rng: random.random(), seed_matters=False)
