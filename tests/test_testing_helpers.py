@@ -228,6 +228,14 @@ def test_frozen_catches_numba_writes_and_keeps_other_errors():
     assert not readonly.flags.writeable  # an array read-only before stays so
 
 
+def test_frozen_restores_a_view_named_before_its_base():
+    p = np.ones((3, 4))
+    q = p[:2]  # the draft's rows as a view of the target's, named first
+    with frozen(q=q, p=p):
+        assert not (q.flags.writeable or p.flags.writeable)
+    assert q.flags.writeable and p.flags.writeable
+
+
 def test_frozen_reaches_arrays_held_by_objects():
     a = Strided(np.arange(6.0), (2, 3), (3, 1), 0)
     with pytest.raises(AssertionError, match="input 'a'"):

@@ -114,7 +114,8 @@ def frozen(**inputs: Any) -> Iterator[None]:
         raise AssertionError(f"the answer writes into {which}{where}; it must leave the caller's arrays "
                              f"unmodified (work on a copy, or build a new array)") from error
     finally:
-        for array, writeable in was_writeable:
+        # arrays that own their memory first: numpy refuses to make a view writeable while its base is read-only
+        for array, writeable in sorted(was_writeable, key=lambda item: item[0].base is not None):
             if writeable:
                 array.flags.writeable = True
 
