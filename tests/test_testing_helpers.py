@@ -233,6 +233,27 @@ def _tiled(A, B, tile):
     return C
 
 
+def _tiled_rows(A, B, tile):  # the inner loop on slices of a row: C[i, j0:j1] += A[i, k] * B[k, j0:j1]
+    m, n = A.shape
+    p = B.shape[1]
+    C = np.zeros((m, p), dtype=A.dtype)
+    for i0 in range(0, m, tile):
+        for k0 in range(0, n, tile):
+            for j0 in range(0, p, tile):
+                for i in range(i0, min(i0 + tile, m)):
+                    for k in range(k0, min(k0 + tile, n)):
+                        C[i, j0:j0 + tile] += A[i, k] * B[k, j0:j0 + tile]
+    return C
+
+
+def _ikj_rows(A, B, tile):
+    C = np.zeros((A.shape[0], B.shape[1]), dtype=A.dtype)
+    for i in range(A.shape[0]):
+        for k in range(A.shape[1]):
+            C[i, :] += A[i, k] * B[k, :]
+    return C
+
+
 def test_count_misses_against_the_closed_forms_of_tiled_and_untiled_matmul():
     rng = np.random.default_rng(0)
     m, n, p, tile, line = 24, 16, 32, 8, 8  # 64-byte lines hold 8 float64; the 2 KiB cache 32 lines
@@ -241,7 +262,9 @@ def test_count_misses_against_the_closed_forms_of_tiled_and_untiled_matmul():
     tiled = count_misses(_tiled, A, B, tile, cache_bytes=2048)  # its helper runs as Python and is counted
     assert tiled.total_misses <= 3 * m * n * p // (tile * line)  # one tile of A, B and C per step at most
     assert tiled.accesses == 4 * m * n * p  # each multiply-add reads A, B and C and writes C
-    for untiled in (_ikj, _ijk):  # all of B for every row of A
+    rows = count_misses(_tiled_rows, A, B, tile, cache_bytes=2048)  # slices and arithmetic are counted too
+    assert n * p // line <= rows.misses["B"] and rows.total_misses <= 3 * m * n * p // (tile * line)
+    for untiled in (_ikj, _ijk, _ikj_rows):  # all of B for every row of A
         cache = count_misses(untiled, A, B, tile, cache_bytes=2048)
         assert cache.misses["B"] >= m * n * p // line
     roomy = count_misses(_ikj, A, B, tile, cache_bytes=1 << 20)  # everything fits: each line once
@@ -250,16 +273,21 @@ def test_count_misses_against_the_closed_forms_of_tiled_and_untiled_matmul():
     assert _tiled.py_func.__globals__["_tile_step"] is _tile_step and _tiled.py_func.__globals__["np"] is np
 
 
-def _reads_slices(x):
-    return x[1, :].sum() + x[:, 0].sum() + np.zeros_like(x)[0, 0]
+def _views_and_slices(x):
+    row = x[2]  # a view: nothing read yet
+    x[0, :4] = 1.0  # writes 4 elements of line 0
+    total = (x[1, :] * 2.0).sum() + row[3]  # reads 8 elements of line 1, then one of line 2
+    view = x[3, :]
+    view += 1.0  # reads and writes the 8 elements of line 3
+    return total + np.zeros_like(x)[0, 0]
 
 
-def test_count_misses_counts_slices_and_names_new_arrays():
+def test_count_misses_counts_what_views_slices_and_arithmetic_touch_and_names_new_arrays():
     x = np.zeros((4, 8))  # each row is one 64-byte line
-    cache = count_misses(_reads_slices, x, cache_bytes=4096)
-    assert cache.accesses == 8 + 4 + 1 and cache.misses == {"x": 4, "new1": 1}
+    cache = count_misses(_views_and_slices, x, cache_bytes=4096)
+    assert cache.accesses == 4 + 8 + 1 + 16 + 1 and cache.misses == {"x": 4, "new1": 1}
     with pytest.raises(ValueError, match="cannot hold one"):
-        count_misses(_reads_slices, x, cache_bytes=32)
+        count_misses(_views_and_slices, x, cache_bytes=32)
 
 
 def _fails_midway(x):

@@ -25,20 +25,24 @@ from .static_checks import called_functions, python_function, references
 _ALLOCATORS = frozenset({"zeros", "empty", "ones", "full", "zeros_like", "empty_like", "ones_like", "full_like"})
 
 
-class LoggedArray:
-    """A numpy array (``.array``) that reports each element read or written by indexing to ``cache``.
+class LoggedArray(np.lib.mixins.NDArrayOperatorsMixin):
+    """A numpy array (``.array``) that reports each element read or written to ``cache``.
 
-    ``x[key]`` and ``x[key] = v`` touch every element ``key`` selects, at its row-major byte address in
-    an array called ``name``; a slice read returns a copy. Other attributes (``shape``, ``dtype``,
-    ``T``, ...) are the array's and report nothing.
+    ``x[i, j]`` reads one element; ``x[key] = v`` writes every element ``key`` selects; ``x[i]`` or
+    ``x[a:b]`` is a logged view that touches nothing until its elements are read (``x[i][j]`` reads one
+    element, as ``x[i, j]`` does); arithmetic on a logged array reads all of it and writes all of an
+    ``out=`` or ``+=`` target. Elements are touched at their row-major byte address in the array
+    called ``name``. Other attributes (``shape``, ``dtype``, ``T``, ``sum()``, ...) are the array's and
+    report nothing.
     """
 
-    def __init__(self, array: np.ndarray, name: str, cache: LineCache):
-        self.array = np.array(array, order="C")
-        self._positions = np.arange(self.array.size).reshape(self.array.shape)
-        self._name, self._cache = name, cache
+    def __init__(self, array: np.ndarray, name: str, cache: LineCache, positions: np.ndarray | None = None):
+        if positions is None:  # a new array: positions 0, 1, ... in row-major order
+            array = np.array(array, order="C")
+            positions = np.arange(array.size).reshape(array.shape)
+        self.array, self._positions, self._name, self._cache = array, positions, name, cache
 
-    def _touch(self, key: Any) -> None:
+    def _touch(self, key: Any = Ellipsis) -> None:
         itemsize, positions = self.array.itemsize, self._positions
         if type(key) is tuple and len(key) == positions.ndim:  # one element: the fast path
             try:
@@ -50,8 +54,11 @@ class LoggedArray:
             self._cache.touch(self._name, int(position) * itemsize)
 
     def __getitem__(self, key: Any) -> Any:
+        value = self.array[key]
+        if isinstance(value, np.ndarray):
+            return LoggedArray(value, self._name, self._cache, self._positions[key])
         self._touch(key)
-        return self.array[key]
+        return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._touch(key)
@@ -61,9 +68,24 @@ class LoggedArray:
         return len(self.array)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        self._touch()
         return self.array if dtype is None else self.array.astype(dtype)
 
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, out: tuple | None = None, **kwargs: Any):
+        inputs = tuple(np.asarray(x) if isinstance(x, LoggedArray) else x for x in inputs)  # reads them
+        if out is not None:
+            for target in out:
+                if isinstance(target, LoggedArray):
+                    target._touch()
+            kwargs["out"] = tuple(t.array if isinstance(t, LoggedArray) else t for t in out)
+        result = getattr(ufunc, method)(*inputs, **kwargs)
+        return out[0] if out is not None and len(out) == 1 else result
+
     def __getattr__(self, name: str) -> Any:
+        # Not numpy's protocols (``__array_interface__`` would hand numpy the memory unlogged), and not
+        # ``array`` itself while a copy is being made.
+        if name.startswith("__") or name == "array":
+            raise AttributeError(name)
         return getattr(self.array, name)
 
 
@@ -117,9 +139,9 @@ def count_misses(func: Any, *args: Any, cache_bytes: int, line_bytes: int = 64) 
 
     ``func`` is a Numba dispatcher (its ``py_func`` runs) or a Python function. Each numpy array in
     ``args`` is copied into a :class:`LoggedArray` named after its parameter (``cache.misses["B"]``);
-    arrays made by ``np.zeros`` and the like are ``"new1"``, ``"new2"``, ... in the order made. Element
-    accesses an answer makes some other way (``A.T``, ``np.ascontiguousarray(A)``) are not counted, so
-    the count is at most what the loops move. Example::
+    arrays made by ``np.zeros`` and the like are ``"new1"``, ``"new2"``, ... in the order made. What an
+    answer reads some other way (through ``A.T``, ``A.copy()``, ``A.sum()``, or an array made by a
+    ``zeros`` imported from numpy by name) is not counted: the count errs low, never high. Example::
 
         cache = count_misses(matmul_tiled, A, B, 8, cache_bytes=4096)
         assert cache.total_misses <= budget
