@@ -23,9 +23,10 @@
 
 Errors: :class:`RankFailedError`, :class:`DeadlockError` (every running rank waits, none can
 proceed: named at once) and :class:`LaunchTimeoutError` from ``launch``; :class:`PeerFailedError`
-inside a rank whose peer failed; :class:`UnfinishedRequestError` inside a rank that returns with a
-request of isend/irecv never waited on; :class:`CollectiveMismatchError` on every rank of a
-collective whose ranks disagree (shapes, dtypes, root, op, algorithm).
+inside a rank whose peer failed (its ``rank``: the rank that failed first);
+:class:`UnfinishedRequestError` inside a rank that returns with a request of isend/irecv never
+waited on; :class:`CollectiveMismatchError` on every rank of a collective whose ranks disagree
+(shapes, dtypes, root, op, algorithm).
 """
 
 from .collectives import ALGORITHMS
