@@ -9,7 +9,8 @@
   ``all_gather``, ``reduce_scatter``, ``all_reduce`` with ``algorithm`` "ring", "tree" or "naive"
   (``ALGORITHMS``) and ops "sum", "prod", "max", "min", "mean"; ``all_to_all(chunks)`` (chunk j to
   rank j, any sizes per pair) with "pairwise" or "ring"; ``clock``, ``bytes_sent``,
-  ``bytes_received``, ``reset_trace``, ``reduce_local``, ``compute(seconds)`` (the α-β-γ trace).
+  ``bytes_received``, ``messages_sent``, ``messages_received``, ``reset_trace``, ``reduce_local``,
+  ``compute(seconds)`` (the α-β-γ trace).
 * Non-blocking collectives ``iall_reduce``, ``ireduce_scatter``, ``iall_gather`` (ring) return a
   :class:`Request` (``test()``, ``wait()``); they run in issue order on the rank's communication lane
   (``lane``: own channel, own clock), advanced by ``progress()``, so they overlap with ``compute``.
