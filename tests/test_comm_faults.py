@@ -92,9 +92,10 @@ def die_mid_step(g: ProcessGroup, pause: float) -> None:
 
 def test_every_surviving_rank_names_the_first_rank_that_failed():
     # A rank that fails because of rank 2 exits too, and its peers may see its pipes close before the launcher
-    # has told them about rank 2: which rank sees what first varies from run to run (ranks 1 and 3 blamed each
-    # other about 1 run in 3; rank 0's send to the exited rank 1 blamed rank 1 every time). The transport's side
-    # of it is tested deterministically below; here every survivor of a few whole runs.
+    # has told them about rank 2: which rank sees what first varies from run to run (before the fix a survivor
+    # blamed a rank that had failed because of rank 2 in some runs, and rank 0's send to the exited rank 1
+    # blamed rank 1 in every run). The transport's side is tested deterministically below; here every survivor
+    # of a few whole runs.
     for _ in range(3):
         with pytest.raises(RankFailedError) as info:
             launch(die_mid_step, 4, args=(0.3,), timeout=60)
