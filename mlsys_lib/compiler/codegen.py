@@ -3,12 +3,12 @@
 :func:`lower` writes one function ``kernel(<inputs>, <outputs>)`` whose loops are the stages' loop
 nests: ``prange`` for a parallel loop, the body repeated for an unrolled one, a ``# vectorize`` loop
 left for LLVM's loop vectorizer (legal by construction: its accesses are contiguous), ``if x < n``
-for a split's tail, a cache_write buffer filled with the reduction's identity and stored back element by
-element, and the region a ``compute_at`` stage computes inferred from its readers' affine indices
-(intervals ``base + [lo, hi]`` in the consumer's outer loops, clamped to the tensor). :func:`build` compiles it (``numba.njit``; floating-point sums may
-be reassociated, so results match the numpy meaning up to rounding). With ``trace=True`` the same
-loops call ``_touch(name, index)`` for every array access instead of computing: :mod:`.traffic`
-counts cache misses with it.
+for a split's tail, a cache_write buffer filled with the reduction's identity and stored back element
+by element, and the region a ``compute_at`` stage computes inferred from its readers' affine indices
+(intervals ``base + [lo, hi]`` in the consumer's outer loops, clamped to the tensor). :func:`build`
+compiles it (``numba.njit``; floating-point sums may be reassociated, so results match the numpy
+meaning up to rounding). With ``trace=True`` the same loops call ``_touch(name, index)`` for every
+array access instead of computing: :mod:`.traffic` counts cache misses with it.
 """
 
 from __future__ import annotations
