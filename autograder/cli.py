@@ -128,7 +128,7 @@ def _gpu_figures() -> int:
 
 def _cmd_mutate(args) -> int:
     report = mutate.mutate_lab(args.lab, library=args.library, timeout=args.timeout, jobs=args.jobs,
-                               limit=args.limit, exercise=args.exercise,
+                               limit=args.limit, exercise=args.exercise, operators=args.operators,
                                log=lambda message: print(message, file=sys.stderr, flush=True))
     print(mutate.format_report(report, quiet=args.quiet))
     return 0 if report.passed(args.min_score) else 1
@@ -276,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
     p.add_argument("--limit", type=int, default=None, help="at most N mutants per exercise, spread over the operators")
     p.add_argument("--exercise", default=None, metavar="GRADE_ID", help="only this exercise")
+    p.add_argument("--operators", choices=["all", "ast", "semantic"], default="all",
+                   help="the mutation operators: syntactic (ast), the mistakes students make (semantic), or all")
     p.add_argument("--library", action="store_true",
                    help="import the repository's mlsys_lib instead of the lab's grading edition")
     p.add_argument("--min-score", type=float, default=90.0, help="exit 1 below this total score, in %% (default 90)")

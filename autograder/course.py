@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import shutil
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from IPython.core.inputtransformer2 import TransformerManager
 from nbgrader.converters import GenerateAssignment
 
 from . import samples
@@ -83,8 +85,32 @@ class CheckResult:
     detail: str
 
 
+#: Calls that may end a test cell: they display nothing (they return None).
+SILENT_CALLS = {"print", "display"}
+
+
+def trailing_expression_cells(notebook: Path) -> list[str]:
+    """The graded test cells of ``notebook`` whose last statement is an expression (other than a call of
+    :data:`SILENT_CALLS`). Plain nbgrader reads the value such a cell displays as its partial credit: a
+    check helper that returns 0.155 scores a passing cell 0.155 points wherever the course is graded
+    without this course's kernel."""
+    transform = TransformerManager().transform_cell
+    found = []
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        nbgrader = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not nbgrader.get("grade") or nbgrader.get("solution"):
+            continue
+        body = ast.parse(transform(cell.source)).body
+        last = body[-1] if body else None
+        if isinstance(last, ast.Expr) and not (isinstance(last.value, ast.Call)
+                                              and ast.unparse(last.value.func) in SILENT_CALLS):
+            found.append(nbgrader.get("grade_id", "?"))
+    return found
+
+
 def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[CheckResult]:
-    """Every solution notebook passes all its tests; no graded test passes on the released one.
+    """Every solution notebook passes all its tests; no graded test passes on the released one; no
+    test cell ends in an expression (:func:`trailing_expression_cells`).
 
     The release is checked as the autograder sees it: with its hidden tests put back.
     """
@@ -93,6 +119,10 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
     for lab in labs or lab_names():
         check_lab(lab)
         for source in sorted((SOLUTIONS / lab).glob("*.ipynb")):
+            trailing = trailing_expression_cells(source)
+            if trailing:
+                results.append(CheckResult(source, False, "test cells end in an expression, which plain nbgrader "
+                                           f"reads as partial credit (assign or assert it): {', '.join(trailing)}"))
             outcome = validate(source, root=root)
             failed = [cell["raw_error"].strip().splitlines()[-1:] for cell in outcome.get("failed", [])]
             results.append(CheckResult(source, not outcome, f"failing cells: {failed}" if outcome else "all tests pass"))

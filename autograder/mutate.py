@@ -2,8 +2,10 @@
 
 Mutation testing of the instructor's own exercises. An *exercise* is an nbgrader answer cell
 (``solution: true, grade: false``); its own tests are the graded cells after it, up to the next
-answer cell. The tool makes *mutants* of each reference answer, every one a single AST edit (``+``
-for ``-``, ``<`` for ``<=``, a constant off by one, a dropped statement, ...; see :data:`OPERATORS`),
+answer cell. The tool makes *mutants* of each reference answer, every one a single edit of its syntax
+tree: syntactic ones (``+`` for ``-``, ``<`` for ``<=``, a constant off by one, a dropped statement) and
+semantic ones, the mistakes students make (the caller's array updated in place, the global RNG for the
+generator passed in, another rounding mode, a narrower dtype, ...; see :mod:`.mutation_operators`),
 and runs the rest of the notebook with the mutant in place of the answer. A mutant is
 
 * *killed* when some graded test cell after it, anywhere in the notebook, fails that passes with
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import copy
 import difflib
 import faulthandler
 import hashlib
@@ -47,6 +48,7 @@ import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 
 from .edition import build_edition
+from .mutation_operators import FAMILIES
 from .paths import SOLUTIONS, check_lab
 
 EQUIVALENTS_FILE = "equivalent_mutants.txt"
@@ -142,133 +144,6 @@ class Mutant:
     source: str            # the whole mutated cell, as ast.unparse writes it
 
 
-#: An edit: the operator's name and a function that takes the node (of a fresh copy of the tree)
-#: and returns what replaces it (the node itself, changed in place, or another one).
-Edit = tuple[str, Callable[[ast.AST], ast.AST]]
-
-_ARITHMETIC = {ast.Add: (ast.Sub,), ast.Sub: (ast.Add,), ast.Mult: (ast.Div,), ast.Div: (ast.Mult, ast.FloorDiv),
-               ast.FloorDiv: (ast.Div,), ast.Mod: (ast.FloorDiv,), ast.Pow: (ast.Mult,)}
-_COMPARISONS = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt),
-                ast.GtE: (ast.Gt, ast.LtE), ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,), ast.Is: (ast.IsNot,),
-                ast.IsNot: (ast.Is,), ast.In: (ast.NotIn,), ast.NotIn: (ast.In,)}
-_MIN_MAX = {"min": "max", "max": "min", "minimum": "maximum", "maximum": "minimum",
-            "amin": "amax", "amax": "amin", "argmin": "argmax", "argmax": "argmin"}
-_DTYPES = {"float64": "float32", "float32": "float64", "int64": "int32", "int32": "int64"}
-_DROPPABLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Raise, ast.Assert, ast.Delete,
-              ast.Break, ast.Continue)
-
-
-def _with(node: ast.AST, **fields) -> ast.AST:
-    for name, value in fields.items():
-        setattr(node, name, value)
-    return node
-
-
-def _is_int(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) is int
-
-
-def _int(value: int) -> ast.expr:
-    """An int literal; a negative one as ``-n`` so that ast.unparse parenthesizes it where needed."""
-    return ast.Constant(value) if value >= 0 else ast.UnaryOp(ast.USub(), ast.Constant(-value))
-
-
-def _plus(expr: ast.expr, k: int) -> ast.expr:
-    """``expr + 1`` or ``expr - 1``; folded into the literal when ``expr`` is an int literal."""
-    if _is_int(expr):
-        return _int(expr.value + k)
-    return ast.BinOp(expr, ast.Add() if k > 0 else ast.Sub(), ast.Constant(1))
-
-
-def _as_load(target: ast.expr) -> ast.expr:
-    loaded = copy.deepcopy(target)
-    loaded.ctx = ast.Load()
-    return loaded
-
-
-def _arithmetic(node: ast.AST) -> Iterator[Edit]:
-    if isinstance(node, (ast.BinOp, ast.AugAssign)):
-        for new in _ARITHMETIC.get(type(node.op), ()):
-            yield "arithmetic", lambda n, new=new: _with(n, op=new())
-
-
-def _comparison(node: ast.AST) -> Iterator[Edit]:
-    if isinstance(node, ast.Compare):
-        for i, op in enumerate(node.ops):
-            for new in _COMPARISONS[type(op)]:
-                yield "comparison", lambda n, i=i, new=new: _with(n, ops=[*n.ops[:i], new(), *n.ops[i + 1:]])
-
-
-def _boolean(node: ast.AST) -> Iterator[Edit]:
-    if isinstance(node, ast.BoolOp):
-        yield "boolean", lambda n: _with(n, op=ast.Or() if isinstance(n.op, ast.And) else ast.And())
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        yield "not removed", lambda n: n.operand
-
-
-def _constant(node: ast.AST) -> Iterator[Edit]:
-    if _is_int(node):
-        for k in (1, -1):
-            yield "constant", lambda n, k=k: _int(n.value + k)
-
-
-def _bounds(node: ast.AST) -> Iterator[Edit]:
-    """Slice bounds ±1 or dropped; ``range`` bounds ±1."""
-    if isinstance(node, ast.Slice):
-        for bound in ("lower", "upper"):
-            if getattr(node, bound) is not None:
-                for k in (1, -1):
-                    yield "slice", lambda n, bound=bound, k=k: _with(n, **{bound: _plus(getattr(n, bound), k)})
-                yield "slice", lambda n, bound=bound: _with(n, **{bound: None})
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
-        for i, arg in enumerate(node.args[:2]):
-            if not isinstance(arg, ast.Starred):
-                for k in (1, -1):
-                    yield "range", lambda n, i=i, k=k: _with(n, args=[*n.args[:i], _plus(n.args[i], k), *n.args[i + 1:]])
-
-
-def _calls(node: ast.AST) -> Iterator[Edit]:
-    """The first two positional arguments swapped; ``min`` for ``max`` and the like."""
-    if not isinstance(node, ast.Call):
-        return
-    if len(node.args) >= 2 and not any(isinstance(arg, ast.Starred) for arg in node.args[:2]):
-        yield "swap arguments", lambda n: _with(n, args=[n.args[1], n.args[0], *n.args[2:]])
-    func = node.func
-    if isinstance(func, ast.Name) and func.id in _MIN_MAX:
-        yield "min/max", lambda n: _with(n, func=ast.Name(_MIN_MAX[n.func.id], ast.Load()))
-    if isinstance(func, ast.Attribute) and func.attr in _MIN_MAX:
-        yield "min/max", lambda n: _with(n, func=_with(n.func, attr=_MIN_MAX[n.func.attr]))
-
-
-def _statement(node: ast.AST) -> Iterator[Edit]:
-    """A simple statement replaced by ``pass``."""
-    if isinstance(node, _DROPPABLE) and not (isinstance(node, ast.AnnAssign) and node.value is None):
-        yield "drop statement", lambda n: ast.Pass()
-
-
-def _in_place(node: ast.AST) -> Iterator[Edit]:
-    """``x.copy()`` for ``x``; ``x += y`` for ``x = x + y`` and back."""
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "copy"
-            and not node.args and not node.keywords):
-        yield "copy dropped", lambda n: n.func.value
-    if isinstance(node, ast.AugAssign):
-        yield "in-place", lambda n: ast.Assign([n.target], ast.BinOp(_as_load(n.target), n.op, n.value))
-    if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.BinOp)
-            and ast.unparse(node.targets[0]) == ast.unparse(node.value.left)):
-        yield "in-place", lambda n: ast.AugAssign(n.targets[0], n.value.op, n.value.right)
-
-
-def _dtype(node: ast.AST) -> Iterator[Edit]:
-    if isinstance(node, ast.Attribute) and node.attr in _DTYPES:
-        yield "dtype", lambda n: _with(n, attr=_DTYPES[n.attr])
-    if isinstance(node, ast.Constant) and node.value in _DTYPES and isinstance(node.value, str):
-        yield "dtype", lambda n: ast.Constant(_DTYPES[n.value])
-
-
-#: The mutation operators: each maps a node to the edits it allows there.
-OPERATORS = (_arithmetic, _comparison, _boolean, _constant, _bounds, _calls, _statement, _in_place, _dtype)
-
-
 def _preorder(node: ast.AST) -> Iterator[ast.AST]:
     yield node
     for child in ast.iter_child_nodes(node):
@@ -301,19 +176,23 @@ class _Substitute(ast.NodeTransformer):
         return self.new if node is self.old else self.generic_visit(node)
 
 
-def _snippet(node: ast.AST, width: int = 60) -> str:
-    text = ast.unparse(node).splitlines()[0]
-    return text if len(text) <= width else text[:width - 1] + "…"
+def _snippets(before: str, after: str, width: int = 60) -> tuple[str, str]:
+    """The first line of each, or of a node that spans lines (a function whose default or statement
+    changed), the first line where they differ; cut to ``width``."""
+    pairs = list(itertools.zip_longest(before.splitlines(), after.splitlines(), fillvalue=""))
+    old, new = next(((a, b) for a, b in pairs if a != b), pairs[0])
+    cut = lambda text: (text := text.strip()) if len(text) <= width else text[:width - 1] + "…"
+    return cut(old), cut(new)
 
 
 def _apply(source: str, index: int, edit: Callable[[ast.AST], ast.AST]) -> tuple[str, str, str]:
     """(mutated source, the node before, after) for ``edit`` of the ``index``-th node of ``source``."""
     tree = ast.parse(source)
     target = next(itertools.islice(_preorder(tree), index, None))
-    before = _snippet(target)
+    before = ast.unparse(target)
     replacement = edit(target)
     tree = _Substitute(target, replacement).visit(tree)
-    return ast.unparse(ast.fix_missing_locations(tree)), before, _snippet(replacement)
+    return (ast.unparse(ast.fix_missing_locations(tree)), *_snippets(before, ast.unparse(replacement)))
 
 
 def _compiles(source: str) -> bool:
@@ -329,16 +208,27 @@ def mutant_id(grade_id: str, source: str) -> str:
     return f"{grade_id}:{hashlib.sha256(source.encode()).hexdigest()[:10]}"
 
 
-def generate_mutants(source: str, grade_id: str) -> list[Mutant]:
+def operator_family(families: str) -> tuple:
+    """The operators of ``families``: a family of :data:`.mutation_operators.FAMILIES` or ``"all"``."""
+    if families == "all":
+        return tuple(op for family in FAMILIES.values() for op in family)
+    if families not in FAMILIES:
+        raise ValueError(f"unknown operator family {families!r}: expected all, {', '.join(FAMILIES)}")
+    return FAMILIES[families]
+
+
+def generate_mutants(source: str, grade_id: str, families: str = "all") -> list[Mutant]:
     """Every single-edit mutant of ``source`` (an answer cell) that compiles, in source order.
 
-    Mutants whose unparsed source equals the original's or an earlier mutant's are left out.
+    ``families``: the operators used, ``"ast"``, ``"semantic"`` (see :data:`.mutation_operators.FAMILIES`)
+    or ``"all"``. Mutants whose unparsed source equals the original's or an earlier mutant's are left out.
     """
+    operators = operator_family(families)
     tree = ast.parse(source)
     seen = {ast.unparse(tree)}
     mutants = []
     for index, node in _mutable_nodes(tree):
-        for operator_edits in OPERATORS:
+        for operator_edits in operators:
             for operator, edit in operator_edits(node):
                 mutated, before, after = _apply(source, index, edit)
                 if mutated in seen or not _compiles(mutated):
@@ -698,7 +588,8 @@ def _mutate_exercise(cells: list[Cell], exercise: Exercise, mutants: list[Mutant
 
 def mutate_notebook(path: Path, *, edition: str | None = None, equivalents: Path | None = None,
                     timeout: float | None = None, jobs: int = 2, limit: int | None = None,
-                    exercise: str | None = None, log: Callable[[str], None] = lambda message: None) -> Report:
+                    exercise: str | None = None, operators: str = "all",
+                    log: Callable[[str], None] = lambda message: None) -> Report:
     """Mutation-test the exercises of the nbgrader source notebook ``path``.
 
     ``edition``: the lab whose grading edition of mlsys_lib the notebook imports (None: whatever
@@ -706,7 +597,8 @@ def mutate_notebook(path: Path, *, edition: str | None = None, equivalents: Path
     ``equivalent_mutants.txt`` beside the notebook). ``timeout``: seconds per mutant (default:
     :data:`TIMEOUT_FACTOR` x the exercise's baseline run, at least :data:`MIN_TIMEOUT`). ``jobs``:
     mutants run at once. ``limit``: at most this many mutants per exercise (:func:`select_mutants`).
-    ``exercise``: only the exercise with this grade_id. ``log`` receives progress lines.
+    ``exercise``: only the exercise with this grade_id. ``operators``: the operator family, ``"all"``,
+    ``"ast"`` or ``"semantic"`` (:func:`generate_mutants`). ``log`` receives progress lines.
     """
     if jobs < 1 or (limit is not None and limit < 1) or (timeout is not None and timeout <= 0):
         raise ValueError(f"jobs and limit must be at least 1 and timeout positive, got {jobs}, {limit}, {timeout}")
@@ -716,9 +608,9 @@ def mutate_notebook(path: Path, *, edition: str | None = None, equivalents: Path
     if exercise is not None and exercise not in [e.grade_id for e in exercises]:
         raise ValueError(f"{path.name} has no exercise {exercise!r}; its exercises are: "
                          f"{', '.join(e.grade_id for e in exercises) or '(none)'}")
-    mutants = {e.grade_id: generate_mutants(cells[e.start].source, e.grade_id) for e in exercises}
+    mutants = {e.grade_id: generate_mutants(cells[e.start].source, e.grade_id, operators) for e in exercises}
     listed = read_equivalents(Path(equivalents) if equivalents else path.with_name(EQUIVALENTS_FILE))
-    known = {m.id for ms in mutants.values() for m in ms}
+    known = {m.id for e in exercises for m in generate_mutants(cells[e.start].source, e.grade_id)}
     results = []
     with _notebook_process(edition) as namespace:
         done = 0  # the cells before cells[done] have run in the parent

@@ -109,7 +109,8 @@ def _by_source(results):
 # ---- the mutants ------------------------------------------------------------------------------------
 
 def _sources(code: str) -> set[str]:
-    return {m.source for m in generate_mutants(code, "ex")}
+    """The syntactic mutants of ``code`` (the semantic ones are tested at the end)."""
+    return {m.source for m in generate_mutants(code, "ex", "ast")}
 
 
 def test_arithmetic_is_swapped_and_the_id_hashes_the_mutated_cell():
@@ -176,7 +177,7 @@ def test_every_mutant_parses_and_ids_are_stable_and_unique():
 
 def test_limit_takes_one_operator_after_another_in_source_order():
     code = "def c(x, y):\n    x += y\n    z = y.copy()\n    x = x * z\n    return np.float64(min(x, z))"
-    mutants = generate_mutants(code, "ex")
+    mutants = generate_mutants(code, "ex", "ast")
     operators = {m.operator for m in mutants}
     assert operators == {"arithmetic", "drop statement", "in-place", "copy dropped", "dtype", "swap arguments", "min/max"}
     chosen = select_mutants(mutants, len(operators))
@@ -346,3 +347,104 @@ def test_a_variant_runs_up_to_the_last_test_that_can_see_it():
     assert last_affected_test(dynamic, {0: dynamic[0].source}) == 6  # reaches names dynamically: runs
     unparsable = cells[:6] + [Cell("assert g(1) == (", "test", "test_broken", 6)]
     assert last_affected_test(unparsable, {0: unparsable[0].source}) == 6
+
+
+# ---- the semantic operators: the mistakes students make ------------------------------------------------
+# Each exercise below has an answer, a weak test (values only) that every listed mutant survives, and a
+# strong test (the check the lab's tests make with mlsys_lib.testing) that kills each of them.
+
+SEMANTIC = {
+    "argument in place": (
+        "def sgd_step(param, grad, lr):\n    param = param - lr * grad\n    return param",
+        ["param[...] = param - lr * grad"],
+        "assert np.allclose(sgd_step(np.ones(3), np.ones(3), 0.5), 0.5)",
+        "p, g = np.ones(3), np.ones(3)\nwith frozen(param=p, grad=g):\n    sgd_step(p, g, 0.5)"),
+    "global RNG": (
+        "def shuffled(n, rng):\n    return rng.permutation(n)",
+        ["return np.random.permutation(n)"],
+        "assert sorted(shuffled(5, np.random.default_rng(0))) == list(range(5))",
+        "deterministic(lambda rng: shuffled(8, rng))"),
+    "rounding": (
+        "def quantize(x, scale):\n    return np.round(x / scale)",
+        ["np.floor(x / scale + 0.5)", "np.copysign(np.floor(np.abs(x / scale) + 0.5), x / scale)"],
+        "assert list(quantize(np.array([0.2, 1.7, -2.2]), 1.0)) == [0, 2, -2]",
+        "assert list(quantize(np.array([0.5, 2.5, -1.5]), 0.25)) == [2, 10, -6]\n"
+        "assert list(quantize(np.array([0.5, 1.5, -0.5]), 1.0)) == [0, 2, 0]"),
+    "narrowed dtype": (
+        "def total(x):\n    acc = np.zeros(1)\n    for v in x:\n        acc[0] += v\n    return acc[0]",
+        ["acc = np.zeros(1, dtype=np.float32)"],
+        "assert total(np.array([1.0, 2.0])) == 3.0",
+        "assert total(np.array([1e8, 1.0, -1e8])) == 1.0"),
+    "identity key": (
+        "def distinct(nodes):\n    return len({id(n) for n in nodes})",
+        ["{getattr(n, 'name', repr(n))", "{repr(n) for"],
+        "assert distinct([Node('a'), Node('b')]) == 2",
+        "a = Node('a')\nassert distinct([a, Node('a'), a]) == 2"),
+    "default changed": (
+        "def smooth(x, eps=0.001):\n    return x / (x + eps)",
+        ["eps=0.01", "eps=0.0001"],
+        "assert smooth(2.0, eps=0.0) == 1.0",
+        "assert np.isclose(smooth(1.0), 1 / 1.001)"),
+    "sign dropped": (
+        "def negative(x):\n    return np.signbit(x)",
+        ["return x < 0"],
+        "assert negative(-2.0) and not negative(3.0)",
+        "assert negative(-0.0) and not negative(0.0)"),
+    "exit moved": (
+        "def take_until(xs, stop):\n    out = []\n    for x in xs:\n        if x == stop:\n            break\n"
+        "        out.append(x)\n    return out",
+        ["        out.append(x)\n        if x == stop:\n            break", "            continue"],
+        "assert take_until([1, 2, 3], 9) == [1, 2, 3]",
+        "assert take_until([1, 2, 3, 2], 2) == [1]"),
+}
+SEMANTIC_PREFIX = ("import numpy as np\nfrom mlsys_lib.testing import deterministic, frozen\n\n"
+                   "class Node:\n    def __init__(self, name):\n        self.name = name\n\n"
+                   "    def __repr__(self):\n        return f'Node({self.name!r})'")
+
+
+def _semantic_notebook(folder, strong: bool):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [_cell(SEMANTIC_PREFIX)]
+    for number, (answer, _, weak, strict) in enumerate(SEMANTIC.values()):
+        notebook.cells += [_answer(f"ex{number}", answer), _test(f"test_ex{number}_weak", weak)]
+        if strong:
+            notebook.cells.append(_test(f"test_ex{number}", strict))
+    path = folder / ("strong.ipynb" if strong else "weak.ipynb")
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_each_semantic_operator_makes_its_mistake():
+    for number, (operator, (answer, edits, _, _)) in enumerate(SEMANTIC.items()):
+        made = [m for m in generate_mutants(answer, f"ex{number}", "semantic") if m.operator == operator]
+        syntactic = [m.source for m in generate_mutants(answer, "x", "ast")]
+        for edit in edits:
+            assert any(edit in m.source for m in made), f"{operator}: no mutant contains {edit!r}: {made}"
+            assert not any(edit in source for source in syntactic), f"the AST operators make {edit!r} too"
+
+
+@pytest.fixture(scope="module")
+def semantic_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("semantic")
+    return {strong: mutate_notebook(_semantic_notebook(folder, strong), operators="semantic", timeout=5.0, jobs=2)
+            for strong in (False, True)}
+
+
+def test_weak_tests_let_each_semantic_mistake_survive_and_the_strong_ones_kill_it(semantic_runs):
+    for number, (operator, (_, edits, _, _)) in enumerate(SEMANTIC.items()):
+        for strong, report in semantic_runs.items():
+            exercise = next(e for e in report.exercises if e.grade_id == f"ex{number}")
+            for edit in edits:
+                [result] = [r for r in exercise.results if r.mutant.operator == operator and edit in r.mutant.source]
+                expected = (KILLED,) if strong else (SURVIVED,)
+                assert result.status in expected, f"{operator} {edit!r} with the {'strong' if strong else 'weak'} " \
+                                                  f"test: {result.status}"
+
+
+def test_operators_option_picks_a_family():
+    answer = SEMANTIC["rounding"][0]
+    every, syntactic, semantic = (generate_mutants(answer, "q", f) for f in ("all", "ast", "semantic"))
+    assert {m.id for m in every} == {m.id for m in syntactic} | {m.id for m in semantic}
+    assert {m.operator for m in semantic} == {"rounding"}
+    with pytest.raises(ValueError, match="unknown operator family 'smart'"):
+        generate_mutants(answer, "q", "smart")
