@@ -3,9 +3,10 @@
 :func:`count_traffic` runs the trace that :func:`~.codegen.lower` generates with ``trace=True``
 (the kernel's loops, in the schedule's order, calling ``_touch(tensor, index)`` for every element
 read or written; a ``cache_write`` buffer is registers and is not counted) through a fully
-associative LRU cache of ``cache_bytes`` in lines of ``line_bytes`` (:class:`~mlsys_lib.tensor.cache.LineCache`).
-Every miss moves one line between memory and the cache: ``bytes = misses * line_bytes``. Python runs about a million
-accesses per second: count on small sizes (a 64×64×64 matmul is 786 432 accesses).
+associative LRU cache of ``cache_bytes`` in lines of ``line_bytes``
+(:class:`~mlsys_lib.tensor.cache.LineCache`). Every miss moves one line between memory and the cache:
+``bytes = misses * line_bytes``. Python runs about a million accesses per second: count on small
+sizes (a 64×64×64 matmul is 786 432 accesses).
 """
 
 from __future__ import annotations
