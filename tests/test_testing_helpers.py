@@ -405,11 +405,27 @@ def test_frozen_catches_numba_writes_and_keeps_other_errors():
     assert not readonly.flags.writeable  # an array read-only before stays so
 
 
+class Slotted:
+    __slots__ = ("storage", "shape")
+
+    def __init__(self, storage, shape):
+        self.storage, self.shape = storage, shape
+
+
 def test_frozen_reaches_arrays_held_by_objects():
     a = Strided(np.arange(6.0), (2, 3), (3, 1), 0)
     with pytest.raises(AssertionError, match="input 'a'"):
         with frozen(a=a):
             a.storage[0] = 5.0
+    b = Slotted(np.arange(3.0), (3,))  # mlsys_lib.tensor.NDArray keeps its storage in a slot
+    with pytest.raises(AssertionError, match="input 'b'"):
+        with frozen(b=b):
+            b.storage[1] = 0.0
+    from mlsys_lib.tensor import NDArray
+    c = NDArray.make(np.arange(4.0), (2, 2), (2, 1), 0)
+    with pytest.raises(AssertionError, match="input 'c'"):
+        with frozen(c=c):
+            c.storage[0] = 1.0
 
 
 def test_assert_unaliased():
