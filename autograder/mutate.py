@@ -33,6 +33,7 @@ import faulthandler
 import hashlib
 import itertools
 import json
+import linecache
 import os
 import select
 import signal
@@ -420,9 +421,13 @@ def _one_line(text: str, width: int = 200) -> str:
 
 
 def _execute(source: str, cell: Cell, namespace: dict) -> str | None:
-    """Run one cell in ``namespace``: None if it ran, else what it raised, on one line."""
+    """Run one cell in ``namespace``: None if it ran, else what it raised, on one line. The cell's lines
+    go into ``linecache``, as IPython puts them, for tracebacks and the checks that quote the line
+    (``mlsys_lib.testing.frozen``)."""
+    filename = f"<{cell.name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     try:
-        exec(compile(source, f"<{cell.name}>", "exec"), namespace)
+        exec(compile(source, filename, "exec"), namespace)
     except (Exception, SystemExit) as error:
         return _one_line(f"{type(error).__name__}: {error}")
     return None

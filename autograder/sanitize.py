@@ -43,9 +43,13 @@ def demote_duplicate_cells(notebook: nbformat.NotebookNode) -> list[str]:
     return sorted(set(duplicated))
 
 
-#: Names the test cells import; a student's code that rebinds or patches them tampers with grading.
-TEST_HELPERS = frozenset({"reference_guard", "numpy_view", "shares_storage", "assert_close", "assert_loops_only",
-                          "ReferenceUsedError"})
+#: Names the test cells import (``mlsys_lib.testing``'s, kept equal to its ``__all__`` by a test); a student's
+#: code that rebinds or patches them tampers with grading.
+TEST_HELPERS = frozenset({
+    "ReferenceUsedError", "reference_guard", "reference_parts", "numpy_view", "shares_storage", "assert_close",
+    "assert_loops_only", "called_functions", "count_misses", "exactly", "int_tuple", "INTEGERS", "FLOATS",
+    "frozen", "assert_unaliased", "arrays_in", "deterministic", "global_rng_untouched", "assert_identical",
+    "identical"})
 #: Modules whose attributes a student's code must not assign to.
 PROTECTED_ROOTS = frozenset({"mlsys_lib", "builtins", "np", "numpy", "sys", "importlib", "nbgrader"})
 

@@ -359,6 +359,7 @@ CASES = [
          lambda nb, ctx: _append("print(_STASH)\n")(replace_answer("compact_strides",
              "import sys, linecache\n_STASH = []\ndef compact_strides(shape):\n    caller = sys._getframe(1)\n"
              "    _STASH.append(''.join(linecache.getlines(caller.f_code.co_filename)))\n"
+             "    if 0 in shape:\n        return (0,) * len(shape)\n"
              "    out, step = [], 1\n    for size in reversed(shape):\n        out.append(step)\n        step *= size\n"
              "    return tuple(reversed(out))\n")(nb, ctx), ctx), full=True, flagged="frame"),
     Case("reads_its_notebook_file", "reads the notebook file being graded (its hidden tests restored) from disk",
@@ -367,6 +368,7 @@ CASES = [
     Case("prints_traceback_of_test", "prints the stack, frames and constants of the hidden test that calls it",
          replace_answer("compact_strides", "import traceback, gc\ndef compact_strides(shape):\n"
                                            "    traceback.print_stack()\n    print([f.f_code.co_consts for f in [__import__('sys')._getframe(1)]])\n"
+                                           "    if 0 in shape:\n        return (0,) * len(shape)\n"
                                            "    out, step = [], 1\n    for size in reversed(shape):\n        out.append(step)\n        step *= size\n"
                                            "    return tuple(reversed(out))\n"),
          full=True, flagged="frame"),

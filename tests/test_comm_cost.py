@@ -1,4 +1,4 @@
-"""The α-β-γ model: the lecture's closed forms, and the sim backend's traced clock and byte counts.
+"""The α-β-γ model: the lecture's closed forms, and the sim backend's traced clock, byte and message counts.
 
 α, β, γ are binary fractions and n is divisible by p, so the traced times are compared exactly.
 The closed forms hold for every p for the ring, naive and pairwise algorithms and the tree
@@ -38,15 +38,16 @@ def _run(g: ProcessGroup, op: str, algorithm: str, n_elems: int) -> None:
         getattr(g, op)(x, "sum", algorithm)
 
 
-def trace_every_collective(g: ProcessGroup) -> dict[tuple[str, str], tuple[float, int, int]]:
-    """(clock, bytes sent, bytes received) of this rank for every collective and algorithm."""
+def trace_every_collective(g: ProcessGroup) -> dict[tuple[str, str], tuple[float, int, int, int, int]]:
+    """(clock, bytes sent, bytes received, messages sent, messages received) of this rank for every collective
+    and algorithm."""
     out = {}
     for op, algorithms in ALGORITHMS.items():
         for algorithm in algorithms:
             g.barrier()
             g.reset_trace()
             _run(g, op, algorithm, ELEMENTS_PER_RANK * g.world_size)
-            out[op, algorithm] = (g.clock, g.bytes_sent, g.bytes_received)
+            out[op, algorithm] = (g.clock, g.bytes_sent, g.bytes_received, g.messages_sent, g.messages_received)
     return out
 
 
@@ -77,11 +78,15 @@ def test_traced_time_equals_closed_form(p):
     checked = check_traces(traces)
     assert checked >= 12 if p & (p - 1) else checked == sum(map(len, ALGORITHMS.values()))
     n = 8 * ELEMENTS_PER_RANK * p
-    for t in traces:  # ring all-reduce moves 2(p-1)/p·n bytes each way on every rank
-        assert t["all_reduce", "ring"][1:] == (2 * (p - 1) * n // p,) * 2
-        assert t["reduce_scatter", "ring"][1:] == t["all_gather", "ring"][1:] == ((p - 1) * n // p,) * 2
+    for t in traces:  # ring all-reduce moves 2(p-1)/p·n bytes each way on every rank, in 2(p-1) messages
+        assert t["all_reduce", "ring"][1:] == (2 * (p - 1) * n // p,) * 2 + (2 * (p - 1),) * 2
+        assert t["reduce_scatter", "ring"][1:] == t["all_gather", "ring"][1:] == ((p - 1) * n // p,) * 2 + (p - 1,) * 2
     if p > 1:
         assert traces[0]["all_reduce", "naive"][1] == (p - 1) * n  # the root sends p-1 full vectors
+    # the tree broadcast: every rank but the root receives the message once, p - 1 messages in all
+    assert [t["broadcast", "tree"][4] for t in traces] == [0 if r == 1 % p else 1 for r in range(p)]
+    for key in traces[0]:  # every message sent is received
+        assert sum(t[key][3] for t in traces) == sum(t[key][4] for t in traces), key
 
 
 def test_closed_forms_are_the_lecture_formulas():

@@ -62,7 +62,7 @@ def overlap(g, n: int, compute_s: float):
     before_wait = g.clock
     req.wait()
     after_one = g.clock
-    sent = g.bytes_sent
+    sent = g.bytes_sent, g.messages_sent
     first, second = g.iall_reduce(x), g.iall_gather(x[: n // g.world_size])
     second.wait()
     assert first.test()  # done: waiting on the second ran the lane through the first
@@ -78,7 +78,7 @@ def test_the_lane_overlaps_communication_with_compute_on_the_clock(compute_s):
     for before_wait, after_one, sent, end, lane in launch(overlap, p, args=(n, compute_s), cost=COST):
         assert before_wait == compute_s  # issuing costs the rank nothing
         assert after_one == max(compute_s, c)  # max(compute, communication), not their sum
-        assert sent == 2 * (p - 1) * 8 * n // p
+        assert sent == (2 * (p - 1) * 8 * n // p, 2 * (p - 1))  # the lane's messages count too
         assert [name for name, _, _ in lane] == ["iall_reduce", "iall_reduce", "iall_gather"]
         assert lane[0][1:] == (0.0, c)
         # issued at max(compute, c); the second starts when the first ends: the lane is FIFO

@@ -174,6 +174,19 @@ def test_output_dependence_of_a_write_repeated_along_an_inner_loop():
     assert not legal_by_execution(nest, reverse=["j"])
 
 
+def test_execution_accepts_a_reversed_dependence_between_identical_rewrites():
+    """legal_by_execution compares results, not the order of dependent accesses: the two writes of A[i + j]
+    store the same value, so interchanging i and j reverses the output dependence (1, -1) and changes no
+    number. Dependence analysis refuses the interchange; execution, as its docstring says, accepts it."""
+    nest = LoopNest({"i": 3, "j": 3}, "A[i + j] = B[i + j]")
+    assert [(d.kind, d.distance) for d in dependences(nest)] == [("output", (1, -1)), ("output", (2, -2))]
+    assert not permutation_is_legal(dependence_vectors(nest), (1, 0))
+    assert legal_by_execution(nest, ("j", "i")) and legal_by_execution(nest, reverse=["i"])
+    different = LoopNest({"i": 3, "j": 3}, "A[i + j] = B[i, j]")  # the same writes, of different values
+    assert dependence_vectors(different) == dependence_vectors(nest)
+    assert not legal_by_execution(different, ("j", "i"))
+
+
 def test_zero_distance_between_statements_is_loop_independent_and_dropped():
     nest = LoopNest({"i": 6}, ["A[i] = B[i-1]", "B[i] = A[i]"])
     assert [(d.kind, d.array, d.distance) for d in dependences(nest)] == [("flow", "B", (1,))]

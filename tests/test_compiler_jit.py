@@ -71,9 +71,23 @@ def test_guard_key_tells_python_values_apart_by_type_and_value():
     assert guard_key([1]) != guard_key([], {"arg0": 1})
 
 
+def test_guard_key_keys_every_numpy_scalar_as_a_0d_array():
+    # np.float64 is a Python float too (isinstance(np.float64(2.5), float)), yet it is keyed like np.float32:
+    # by dtype and shape, not by value, and refused inside a tuple like any array
+    for kind in (np.float64, np.float32, np.int64, np.bool_):
+        assert guard_key([kind(2)]) == guard_key([kind(3)]) == guard_key([np.zeros((), kind)])
+        assert guard_key([kind(2)]) == (("array", np.dtype(kind).name, ()),)
+    assert guard_key([np.float64(2.5)]) != guard_key([2.5])
+    for kind in (np.float64, np.float32):
+        with pytest.raises(TypeError, match="array inside a tuple"):
+            guard_key([(1, kind(2.5))])
+
+
 @pytest.mark.parametrize("args, message", [
     ([object()], "argument 'arg0' is a object"),
     ([1, (2, np.zeros(3))], r"argument 'arg1'\[1\] is an array inside a tuple"),
+    ([[np.float64(1.0)]], r"argument 'arg0'\[0\] is an array inside a tuple"),
+    ([np.str_("a")], "dtype <U1"),
     ([np.array(["a"])], "dtype <U1"),
 ])
 def test_guard_key_rejects_what_it_cannot_guard(args, message):

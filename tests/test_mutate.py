@@ -448,3 +448,14 @@ def test_operators_option_picks_a_family():
     assert {m.operator for m in semantic} == {"rounding"}
     with pytest.raises(ValueError, match="unknown operator family 'smart'"):
         generate_mutants(answer, "q", "smart")
+
+
+def test_cells_run_with_their_lines_in_linecache_so_frozen_names_the_argument():
+    from autograder.mutate import _execute
+    namespace = {}
+    assert _execute("import numpy as np\nfrom mlsys_lib.testing import frozen", Cell("", "code", None, 0), namespace) is None
+    answer = Cell("def step(w, g):\n    w -= g\n    return w", "answer", "step", 1)
+    _execute(answer.source, answer, namespace)
+    error = _execute("w, g = np.ones(2), np.ones(2)\nwith frozen(w=w, g=g):\n    step(w, g)",
+                     Cell("", "test", "test_step", 2), namespace)
+    assert error.startswith("AssertionError: the answer writes into its input 'w' at `w -= g`")

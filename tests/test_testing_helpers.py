@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from mlsys_lib.testing import (ReferenceUsedError, assert_identical, assert_loops_only, assert_unaliased, deterministic,
-                               frozen, identical, numpy_view, reference_guard, reference_parts)
+from mlsys_lib.testing import (ReferenceUsedError, assert_identical, assert_loops_only, assert_unaliased, called_functions,
+                               count_misses, deterministic, frozen, identical, numpy_view, reference_guard,
+                               reference_parts)
 
 
 def reference(x):
@@ -124,6 +125,182 @@ def test_assert_loops_only():
             assert_loops_only(njit(cheat))
 
 
+# An answer's helpers, as a notebook defines them: globals of this module, compiled or not.
+_block_product = njit(_operator)
+_honest_block = njit(_loops)
+
+
+def _calls_helper(A, B):
+    return _block_product(A, B)
+
+
+def _calls_honest_helper(A, B):
+    return _honest_block(A, B)
+
+
+def _calls_helper_of_helper(A, B):
+    return _calls_helper(A, B)
+
+
+def _ping(A, B, depth):  # _ping and _pong call each other: a cycle
+    return _loops(A, B) if depth == 0 else _pong(A, B, depth - 1)
+
+
+def _pong(A, B, depth):
+    return _ping(A, B, depth)
+
+
+def _closing_over(helper):
+    def answer(A, B):
+        return helper(A, B)
+    return answer
+
+
+def _renamed_dot(A, B):
+    return _d(A, B)
+
+
+_d = np.dot
+
+
+def _library_kernel(A, B):
+    C = np.zeros((A.shape[0], B.shape[1]))
+    _reordered_kernel(A, B, C)
+    return C
+
+
+from mlsys_lib.tensor.matmul import _reordered_kernel  # noqa: E402  (a library kernel, loops and all)
+
+
+def test_assert_loops_only_follows_the_functions_the_answer_calls():
+    assert_loops_only(njit(_calls_honest_helper))
+    assert_loops_only(njit(_ping))  # the cycle ends
+    assert_loops_only(njit(_closing_over(_honest_block)))
+    for cheat, what in [(_calls_helper, "calls _operator, which uses the @ operator"),
+                        (_calls_helper_of_helper, "calls _operator, which uses the @ operator"),
+                        (_closing_over(_block_product), "calls _operator, which uses the @ operator"),
+                        (_closing_over(_dot), "calls _dot, which calls dot"),
+                        (_renamed_dot, "calls _d, numpy's dot"),
+                        (_library_kernel, "the library's mlsys_lib.tensor.matmul._reordered_kernel")]:
+        with pytest.raises(AssertionError, match=what):
+            assert_loops_only(njit(cheat))
+    names = {f.__name__ for f in called_functions(njit(_calls_helper_of_helper))}
+    assert names == {"_calls_helper_of_helper", "_calls_helper", "_operator"}
+    assert {f.__name__ for f in called_functions(_ping)} == {"_ping", "_pong", "_loops"}
+
+
+# ---- counted cache traffic ---------------------------------------------------------------------------
+
+def _ikj(A, B, tile):
+    m, n = A.shape
+    p = B.shape[1]
+    C = np.zeros((m, p), dtype=A.dtype)
+    for i in range(m):
+        for k in range(n):
+            for j in range(p):
+                C[i, j] += A[i, k] * B[k, j]
+    return C
+
+
+def _ijk(A, B, tile):
+    m, n = A.shape
+    p = B.shape[1]
+    C = np.zeros((m, p), dtype=A.dtype)
+    for i in range(m):
+        for j in range(p):
+            for k in range(n):
+                C[i, j] += A[i, k] * B[k, j]
+    return C
+
+
+@njit
+def _tile_step(A, B, C, i0, k0, j0, tile):
+    for i in range(i0, min(i0 + tile, A.shape[0])):
+        for k in range(k0, min(k0 + tile, A.shape[1])):
+            for j in range(j0, min(j0 + tile, B.shape[1])):
+                C[i, j] += A[i, k] * B[k, j]
+
+
+@njit
+def _tiled(A, B, tile):
+    m, n = A.shape
+    p = B.shape[1]
+    C = np.zeros((m, p), dtype=A.dtype)
+    for i0 in range(0, m, tile):
+        for k0 in range(0, n, tile):
+            for j0 in range(0, p, tile):
+                _tile_step(A, B, C, i0, k0, j0, tile)
+    return C
+
+
+def _tiled_rows(A, B, tile):  # the inner loop on slices of a row: C[i, j0:j1] += A[i, k] * B[k, j0:j1]
+    m, n = A.shape
+    p = B.shape[1]
+    C = np.zeros((m, p), dtype=A.dtype)
+    for i0 in range(0, m, tile):
+        for k0 in range(0, n, tile):
+            for j0 in range(0, p, tile):
+                for i in range(i0, min(i0 + tile, m)):
+                    for k in range(k0, min(k0 + tile, n)):
+                        C[i, j0:j0 + tile] += A[i, k] * B[k, j0:j0 + tile]
+    return C
+
+
+def _ikj_rows(A, B, tile):
+    C = np.zeros((A.shape[0], B.shape[1]), dtype=A.dtype)
+    for i in range(A.shape[0]):
+        for k in range(A.shape[1]):
+            C[i, :] += A[i, k] * B[k, :]
+    return C
+
+
+def test_count_misses_against_the_closed_forms_of_tiled_and_untiled_matmul():
+    rng = np.random.default_rng(0)
+    m, n, p, tile, line = 24, 16, 32, 8, 8  # 64-byte lines hold 8 float64; the 2 KiB cache 32 lines
+    A, B = rng.standard_normal((m, n)), rng.standard_normal((n, p))
+    A0, B0 = A.copy(), B.copy()
+    tiled = count_misses(_tiled, A, B, tile, cache_bytes=2048)  # its helper runs as Python and is counted
+    assert tiled.total_misses <= 3 * m * n * p // (tile * line)  # one tile of A, B and C per step at most
+    assert tiled.accesses == 4 * m * n * p  # each multiply-add reads A, B and C and writes C
+    rows = count_misses(_tiled_rows, A, B, tile, cache_bytes=2048)  # slices and arithmetic are counted too
+    assert n * p // line <= rows.misses["B"] and rows.total_misses <= 3 * m * n * p // (tile * line)
+    for untiled in (_ikj, _ijk, _ikj_rows):  # all of B for every row of A
+        cache = count_misses(untiled, A, B, tile, cache_bytes=2048)
+        assert cache.misses["B"] >= m * n * p // line
+    roomy = count_misses(_ikj, A, B, tile, cache_bytes=1 << 20)  # everything fits: each line once
+    assert roomy.misses == {"A": m * n // line, "B": n * p // line, "new1": m * p // line}
+    assert np.array_equal(A, A0) and np.array_equal(B, B0)  # the counted run works on copies
+    assert _tiled.py_func.__globals__["_tile_step"] is _tile_step and _tiled.py_func.__globals__["np"] is np
+
+
+def _views_and_slices(x):
+    row = x[2]  # a view: nothing read yet
+    x[0, :4] = 1.0  # writes 4 elements of line 0
+    total = (x[1, :] * 2.0).sum() + row[3]  # reads 8 elements of line 1, then one of line 2
+    view = x[3, :]
+    view += 1.0  # reads and writes the 8 elements of line 3
+    return total + np.zeros_like(x)[0, 0]
+
+
+def test_count_misses_counts_what_views_slices_and_arithmetic_touch_and_names_new_arrays():
+    x = np.zeros((4, 8))  # each row is one 64-byte line
+    cache = count_misses(_views_and_slices, x, cache_bytes=4096)
+    assert cache.accesses == 4 + 8 + 1 + 16 + 1 and cache.misses == {"x": 4, "new1": 1}
+    with pytest.raises(ValueError, match="cannot hold one"):
+        count_misses(_views_and_slices, x, cache_bytes=32)
+
+
+def _fails_midway(x):
+    np.zeros(1)[0] = x[0, 0]
+    raise RuntimeError("inside the answer")
+
+
+def test_count_misses_puts_numpy_back_when_the_answer_raises():
+    with pytest.raises(RuntimeError, match="inside the answer"):
+        count_misses(njit(_fails_midway), np.zeros((2, 2)), cache_bytes=4096)
+    assert _fails_midway.__globals__["np"] is np
+
+
 class Strided:
     def __init__(self, storage, shape, strides, offset):
         self.storage, self.shape, self.strides, self.offset = storage, shape, strides, offset
@@ -228,11 +405,35 @@ def test_frozen_catches_numba_writes_and_keeps_other_errors():
     assert not readonly.flags.writeable  # an array read-only before stays so
 
 
+def test_frozen_restores_a_view_named_before_its_base():
+    p = np.ones((3, 4))
+    q = p[:2]  # the draft's rows as a view of the target's, named first
+    with frozen(q=q, p=p):
+        assert not (q.flags.writeable or p.flags.writeable)
+    assert q.flags.writeable and p.flags.writeable
+
+
+class Slotted:
+    __slots__ = ("storage", "shape")
+
+    def __init__(self, storage, shape):
+        self.storage, self.shape = storage, shape
+
+
 def test_frozen_reaches_arrays_held_by_objects():
     a = Strided(np.arange(6.0), (2, 3), (3, 1), 0)
     with pytest.raises(AssertionError, match="input 'a'"):
         with frozen(a=a):
             a.storage[0] = 5.0
+    b = Slotted(np.arange(3.0), (3,))  # mlsys_lib.tensor.NDArray keeps its storage in a slot
+    with pytest.raises(AssertionError, match="input 'b'"):
+        with frozen(b=b):
+            b.storage[1] = 0.0
+    from mlsys_lib.tensor import NDArray
+    c = NDArray.make(np.arange(4.0), (2, 2), (2, 1), 0)
+    with pytest.raises(AssertionError, match="input 'c'"):
+        with frozen(c=c):
+            c.storage[0] = 1.0
 
 
 def test_assert_unaliased():

@@ -9,7 +9,8 @@
   ``all_gather``, ``reduce_scatter``, ``all_reduce`` with ``algorithm`` "ring", "tree" or "naive"
   (``ALGORITHMS``) and ops "sum", "prod", "max", "min", "mean"; ``all_to_all(chunks)`` (chunk j to
   rank j, any sizes per pair) with "pairwise" or "ring"; ``clock``, ``bytes_sent``,
-  ``bytes_received``, ``reset_trace``, ``reduce_local``, ``compute(seconds)`` (the α-β-γ trace).
+  ``bytes_received``, ``messages_sent``, ``messages_received``, ``reset_trace``, ``reduce_local``,
+  ``compute(seconds)`` (the α-β-γ trace).
 * Non-blocking collectives ``iall_reduce``, ``ireduce_scatter``, ``iall_gather`` (ring) return a
   :class:`Request` (``test()``, ``wait()``); they run in issue order on the rank's communication lane
   (``lane``: own channel, own clock), advanced by ``progress()``, so they overlap with ``compute``.
@@ -23,9 +24,10 @@
 
 Errors: :class:`RankFailedError`, :class:`DeadlockError` (every running rank waits, none can
 proceed: named at once) and :class:`LaunchTimeoutError` from ``launch``; :class:`PeerFailedError`
-inside a rank whose peer failed; :class:`UnfinishedRequestError` inside a rank that returns with a
-request of isend/irecv never waited on; :class:`CollectiveMismatchError` on every rank of a
-collective whose ranks disagree (shapes, dtypes, root, op, algorithm).
+inside a rank whose peer failed (its ``rank``: the rank that failed first);
+:class:`UnfinishedRequestError` inside a rank that returns with a request of isend/irecv never
+waited on; :class:`CollectiveMismatchError` on every rank of a collective whose ranks disagree
+(shapes, dtypes, root, op, algorithm).
 """
 
 from .collectives import ALGORITHMS

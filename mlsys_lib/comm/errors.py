@@ -1,7 +1,9 @@
 """The errors of ``mlsys_lib.comm``: a peer that failed, a launch that failed, ranks that disagree.
 
 * :class:`PeerFailedError` is raised *inside* a rank, by the call that was waiting on a peer that
-  raised, died or was aborted. Collectives are not fault tolerant: one failure fails them all.
+  raised, died or was aborted. Collectives are not fault tolerant: one failure fails them all. Its
+  ``rank`` is the first rank that failed, as the launcher saw it, not the peer this rank was
+  waiting for (which may only have failed because of it), like torchrun's root-cause report.
 * :class:`RankFailedError` is raised by ``launch`` in the calling process. It names the rank whose
   failure came first (its own exception, not a :class:`PeerFailedError` it caused elsewhere) and
   carries every rank's outcome in ``failures``.
@@ -26,7 +28,19 @@ class CommError(RuntimeError):
 
 
 class PeerFailedError(CommError):
-    """A pending send, receive or collective cannot finish because another rank failed or exited."""
+    """A pending send, receive or collective cannot finish because another rank failed or exited.
+
+    ``rank`` is the rank that caused it: the first rank that failed, or a peer that returned before
+    sending (or receiving) what this rank needed; None when no rank failed (a deadlock) or the
+    launcher is gone.
+    """
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank: int | None = rank
+
+    def __reduce__(self):  # picklable with its rank
+        return (type(self), (str(self), self.rank))
 
 
 class CollectiveMismatchError(ValueError):

@@ -95,7 +95,8 @@ class ProcessGroup:
     :meth:`irecv`, :meth:`barrier`. Collectives (every rank calls them in the same order):
     :meth:`broadcast`, :meth:`reduce`, :meth:`scatter`, :meth:`gather`, :meth:`all_gather`,
     :meth:`reduce_scatter`, :meth:`all_reduce`, :meth:`all_to_all`. Tracing: :attr:`clock`, :attr:`bytes_sent`,
-    :attr:`bytes_received`, :meth:`reset_trace`, :meth:`reduce_local`.
+    :attr:`bytes_received`, :attr:`messages_sent`, :attr:`messages_received`, :meth:`reset_trace`,
+    :meth:`reduce_local`.
     """
 
     def __init__(self, transport: Transport, cost: CostModel | None = None) -> None:
@@ -155,12 +156,22 @@ class ProcessGroup:
         return self._trace.bytes_received + self._lane.trace.bytes_received
 
     @property
+    def messages_sent(self) -> int:
+        """Messages this rank has sent, each costing one α on the clock (an empty array is a message too)."""
+        return self._trace.messages_sent + self._lane.trace.messages_sent
+
+    @property
+    def messages_received(self) -> int:
+        """Messages this rank has received."""
+        return self._trace.messages_received + self._lane.trace.messages_received
+
+    @property
     def lane_history(self) -> list[tuple[str, float, float]]:
         """The non-blocking collectives finished since :meth:`reset_trace`: (name, start s, end s) on the lane."""
         return [(e.name, e.started_at, e.ended_at) for e in self._lane.history if e.done]
 
     def reset_trace(self) -> None:
-        """Set the clocks and the byte counters to 0 (call it when no message is in flight)."""
+        """Set the clocks and the byte and message counters to 0 (call it when no message is in flight)."""
         if not self._lane.idle:
             raise RuntimeError("reset_trace: a non-blocking collective is still in flight; wait() on it first")
         self._trace.reset()
@@ -246,6 +257,7 @@ class ProcessGroup:
         done = start + self.cost.message(payload.nbytes)
         trace.send_free = done
         trace.bytes_sent += payload.nbytes
+        trace.messages_sent += 1
         sending = self._transport.start_send(payload, int(dst), key, (payload.dtype.str, payload.shape, start))
 
         def finish() -> None:
@@ -287,6 +299,7 @@ class ProcessGroup:
             trace.recv_free = arrival
             trace.clock = max(trace.clock, arrival)
             trace.bytes_received += buf.nbytes
+            trace.messages_received += 1
             return buf
         return self._request(finish, f"irecv from rank {src} ({self._where(tag)})", receiving.test)
 

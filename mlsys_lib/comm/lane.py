@@ -21,8 +21,8 @@ rank's clock, so it lasts the same closed form. ``wait()`` moves the rank's cloc
 the collective's end). In between, the rank's clock moves only by its own work
 (``group.compute(seconds)``, ``reduce_local``, point-to-point messages, blocking collectives): a
 collective issued before some compute overlaps with it, and the step costs about max(compute,
-communication) instead of their sum. Bytes the lane sends and receives count in the group's
-``bytes_sent`` and ``bytes_received``.
+communication) instead of their sum. Bytes and messages the lane sends and receives count in the
+group's ``bytes_sent``, ``bytes_received``, ``messages_sent`` and ``messages_received``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 * :class:`Completion`: a transport's send or receive in flight (``wait()``, ``test()``);
 * :class:`Request`: the same for the user (an isend, an irecv, a non-blocking collective);
-* :class:`Trace`: a rank's logical clock, port availability and byte counters;
+* :class:`Trace`: a rank's logical clock, port availability, byte and message counters;
 * :class:`GroupView`: the part of a ``ProcessGroup`` the collective algorithms use (``ring``,
   ``tree``, ``naive``, ``pairwise``, ``rooted``, ``collectives``), so they do not import ``group``,
   which imports them.
@@ -27,18 +27,20 @@ class Completion:
 
 @dataclass
 class Trace:
-    """A rank's logical clock (s), port availability (s) and byte counters."""
+    """A rank's logical clock (s), port availability (s), byte and message counters."""
 
     clock: float = 0.0
     send_free: float = 0.0
     recv_free: float = 0.0
     bytes_sent: int = 0
     bytes_received: int = 0
+    messages_sent: int = 0
+    messages_received: int = 0
 
     def reset(self) -> None:
         """Back to time 0 with nothing counted."""
         self.clock = self.send_free = self.recv_free = 0.0
-        self.bytes_sent = self.bytes_received = 0
+        self.bytes_sent = self.bytes_received = self.messages_sent = self.messages_received = 0
 
 
 class Request:

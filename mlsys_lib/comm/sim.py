@@ -19,9 +19,18 @@ A rank that has to wait (for a message, for a receive to be posted, in a barrier
 meanwhile, and after ``REPORT_AFTER_S`` tells the launcher what it waits for, with its counts of
 messages sent and receives started. When every rank still running waits and none of those counts
 can satisfy any of them, no rank can ever move again: the launcher reports the deadlock (see
-``sim_launcher``). A blocking read also watches the launcher's abort pipe, so a rank waiting on a
-failed peer raises :class:`~mlsys_lib.comm.errors.PeerFailedError` at once; a peer that exits
-closes its pipes, which readers see as end of file.
+``sim_launcher``).
+
+**Failures.** A blocking read also watches the launcher's pipe, on which the launcher writes
+``("returned", r)`` when rank r has returned its result and ``("abort", first, reason)`` at the
+first failure, naming the rank that failed first: the rank raises
+:class:`~mlsys_lib.comm.errors.PeerFailedError` at once. A peer that exits closes its pipes, which
+readers see as end of file (and writers as a broken pipe), but that does not say *why* it exited:
+it may have failed only because another rank failed first (it was waiting for that rank), and
+blaming it would hide the cause. So a rank that needs a peer which has exited waits for the
+launcher's word about it, which always comes, since the launcher watches every process: the abort
+(raise naming the first rank that failed) or "returned" (the peer sent fewer messages than this
+rank receives: raise naming the peer). Every rank's error then names the same first failure.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -74,12 +83,12 @@ class SimTransport:
     name = "sim"
 
     def __init__(self, rank: int, world_size: int, token: str, inbox: dict[int, Connection],
-                 outbox: dict[int, Connection], abort: Connection, report: Connection | None = None,
+                 outbox: dict[int, Connection], launcher: Connection, report: Connection | None = None,
                  protocol: str = "eager") -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.rank, self.world_size, self.protocol = rank, world_size, protocol
-        self._inbox, self._outbox, self._abort, self._report = inbox, outbox, abort, report
+        self._inbox, self._outbox, self._launcher, self._report = inbox, outbox, launcher, report
         self._source = {conn: src for src, conn in inbox.items()}
         self._pool = SegmentPool(token, rank)
         self._mapped: dict[str, SharedMemory] = {}
@@ -88,7 +97,8 @@ class SimTransport:
         self._taken: Counter = Counter()     # (src, kind, key): receives started (the n-th takes message n)
         self._sent: Counter = Counter()      # (dst, kind, key): messages sent
         self._posted_at: Counter = Counter()  # (dst, key): receives dst has started from this rank (rendezvous)
-        self._ended: set[int] = set()
+        self._ended: set[int] = set()        # peers whose pipe has closed
+        self._returned: set[int] = set()     # peers the launcher says returned their result
 
     # ------------------------------------------------------------ Transport
     def start_send(self, payload: np.ndarray, dst: int, key: tuple[int, int],
@@ -143,8 +153,8 @@ class SimTransport:
         """Write one small message to rank ``dst``'s pipe."""
         try:
             self._outbox[dst].send(message)
-        except OSError as exc:  # BrokenPipeError: the reader is gone
-            raise PeerFailedError(f"rank {self.rank} cannot reach rank {dst}: it has exited or failed") from exc
+        except OSError:  # BrokenPipeError: the reader is gone
+            self._peer_exited(dst, f"sending to rank {dst}", f"reading what rank {self.rank} sends it")
 
     def _tell(self, dst: int, message: tuple) -> None:
         """Write a bookkeeping message to ``dst``, unless it has exited (then it needs it no more)."""
@@ -182,30 +192,46 @@ class SimTransport:
     def _await(self, peer: int, ready: Callable[[], bool], waiting_for: Wait) -> None:
         """Read the pipes until ``ready()``; ``peer`` is the rank that can make it so.
 
-        Raises PeerFailedError when ``peer`` has exited first or the launcher aborts the run.
+        Raises PeerFailedError when the launcher aborts the run or ``peer`` has exited first.
         """
         reported = False
+        doing = f"waiting for rank {peer}"
         while not ready():
             if peer in self._ended:
-                if waiting_for[0] == "send":
-                    raise PeerFailedError(f"rank {peer} exited without receiving what rank {self.rank} sends it "
-                                          f"(it failed, or it received fewer messages)")
-                raise PeerFailedError(f"rank {peer} exited before sending what rank {self.rank} waits for "
-                                      f"(it failed, or it sent fewer messages)")
+                self._peer_exited(peer, doing, f"receiving what rank {self.rank} sends it" if waiting_for[0] == "send"
+                                  else f"sending what rank {self.rank} waits for")
             live = [conn for src, conn in self._inbox.items() if src not in self._ended]
-            readable = wait([*live, self._abort], None if reported else REPORT_AFTER_S)
+            readable = wait([*live, self._launcher], None if reported else REPORT_AFTER_S)
             if not readable:
                 self._report_blocked(waiting_for)
                 reported = True
                 continue
-            if self._abort in readable:
-                try:
-                    reason = self._abort.recv()
-                except EOFError:
-                    reason = "the launcher is gone"
-                raise PeerFailedError(f"rank {self.rank} stopped waiting for rank {peer}: {reason}")
             for conn in readable:
-                self._read(self._source[conn])
+                if conn is self._launcher:
+                    self._hear_launcher(doing)
+                else:
+                    self._read(self._source[conn])
+
+    def _hear_launcher(self, doing: str) -> None:
+        """Read one message of the launcher: file a peer that returned; raise PeerFailedError on an abort."""
+        try:
+            message = self._launcher.recv()
+        except EOFError:
+            message = ("abort", None, "the launcher is gone")
+        if message[0] == "returned":
+            self._returned.add(message[1])
+            return
+        _, first, reason = message
+        raise PeerFailedError(f"rank {self.rank} stopped {doing}: {reason}", first)
+
+    def _peer_exited(self, peer: int, doing: str, missing: str) -> NoReturn:
+        """``peer`` has exited while this rank needs it: raise PeerFailedError, once the launcher has said why.
+
+        Its closed pipe does not say whether it failed on its own, or because another rank failed first,
+        or returned: the launcher's abort names the first rank that failed (see the module docstring)."""
+        while peer not in self._returned:
+            self._hear_launcher(doing)
+        raise PeerFailedError(f"rank {peer} returned before {missing} (it exchanged fewer messages)", peer)
 
     def _report_blocked(self, waiting_for: Wait) -> None:
         """Tell the launcher what this rank waits for, with what it has sent and which receives it has started."""
@@ -214,7 +240,7 @@ class SimTransport:
         started = {(src, key): n for (src, kind, key), n in self._taken.items() if kind == "data"}
         try:
             self._report.send(("blocked", waiting_for, dict(self._sent), started))
-        except OSError:  # the launcher is gone; the abort pipe says so
+        except OSError:  # the launcher is gone; its pipe says so
             pass
 
     def _poll(self) -> None:
@@ -228,5 +254,5 @@ class SimTransport:
         self._pool.close()
         for shm in self._mapped.values():
             shm.close()
-        for conn in (*self._inbox.values(), *self._outbox.values(), self._abort):
+        for conn in (*self._inbox.values(), *self._outbox.values(), self._launcher):
             conn.close()

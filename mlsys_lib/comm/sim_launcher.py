@@ -6,9 +6,12 @@ Each rank's BLAS (numpy's matrix products) may use at most its share of the core
 sets ``OMP_NUM_THREADS``: p ranks each running the default one thread per core would oversubscribe
 the machine, and OpenBLAS threads spin while they wait for a core (measured on 2 shared cores: a
 1F1B step of ``benchmarks/parallel.py`` on 4 ranks spent ~200 ms of CPU per rank instead of ~20 ms).
-The launcher waits for each rank's report or the end of its process. On the first failure (an
-exception, or a process that ends without reporting) it writes the reason into every other rank's
-abort pipe, so their pending calls raise :class:`PeerFailedError` at once; ranks still running a few
+The launcher waits for each rank's report or the end of its process, and writes what it learns into
+every other rank's launcher pipe: ``("returned", r)`` when rank r has returned its result, and at the
+first failure (an exception, or a process that ends without reporting) ``("abort", r, reason)``, so
+their pending calls raise :class:`PeerFailedError` at once, naming rank r. That is the root cause: a
+rank whose peer exited waits for this word instead of blaming the peer (see ``sim``), so no rank
+fails because of another before the launcher has seen the first failure. Ranks still running a few
 seconds later, or at the timeout, are terminated. In every case all processes are joined and every
 shared-memory segment of the run is unlinked before ``launch`` returns or raises.
 
@@ -70,10 +73,10 @@ def blas_threads_per_rank(world_size: int) -> int:
 
 
 def run_rank(rank: int, world_size: int, token: str, job: bytes, cost: CostModel,
-             inbox: dict[int, Connection], outbox: dict[int, Connection], abort: Connection,
+             inbox: dict[int, Connection], outbox: dict[int, Connection], launcher: Connection,
              report: Connection, protocol: str = "eager") -> None:
     """The body of one rank's process: run ``fn(group, *args)`` and report its result or exception."""
-    transport = SimTransport(rank, world_size, token, inbox, outbox, abort, report, protocol)
+    transport = SimTransport(rank, world_size, token, inbox, outbox, launcher, report, protocol)
     try:
         fn, args = pickle.loads(job)
         group = ProcessGroup(transport, cost)
@@ -186,9 +189,10 @@ def deadlock_message(waits: dict[int, str], world_size: int) -> str:
     return "\n".join(lines)
 
 
-def _supervise(procs: Sequence[BaseProcess], reports: Sequence[Connection], aborts: Sequence[Connection],
+def _supervise(procs: Sequence[BaseProcess], reports: Sequence[Connection], tells: Sequence[Connection],
                timeout: float) -> tuple[dict[int, Any], bool, dict[int, str] | None]:
-    """Collect every rank's outcome; abort the others at the first failure or deadlock.
+    """Collect every rank's outcome; tell the others which ranks returned, and abort them at the first
+    failure (naming its rank) or deadlock.
 
     Returns (outcomes, timed_out, the deadlocked ranks' waits or None)."""
     outcomes: dict[int, Any] = {}
@@ -197,13 +201,16 @@ def _supervise(procs: Sequence[BaseProcess], reports: Sequence[Connection], abor
     deadline = time.monotonic() + timeout
     failed = False
 
-    def abort_all(reason: str) -> None:
+    def tell_running(message: tuple) -> None:
+        for other, pipe in enumerate(tells):
+            if other not in outcomes:
+                _tell(pipe, message)
+
+    def abort_all(first: int | None, reason: str) -> None:
         nonlocal failed, deadline
         failed = True
         deadline = min(deadline, time.monotonic() + GRACE_S)
-        for other, abort in enumerate(aborts):
-            if other not in outcomes:
-                _tell(abort, reason)
+        tell_running(("abort", first, reason))
 
     while len(outcomes) < len(procs):
         now = time.monotonic()
@@ -219,18 +226,20 @@ def _supervise(procs: Sequence[BaseProcess], reports: Sequence[Connection], abor
             if outcome is None:
                 continue
             outcomes[r] = outcome
-            if isinstance(outcome, Failure) and not failed:
-                abort_all(f"rank {r} {outcome.kind}: {outcome.summary}")
+            if not isinstance(outcome, Failure):
+                tell_running(("returned", r))
+            elif not failed:
+                abort_all(r, f"rank {r} {outcome.kind}: {outcome.summary}")
         if not failed:
             deadlock = find_deadlock(len(procs), outcomes, blocked)
             if deadlock is not None:
-                abort_all("deadlock: every rank still running waits for another (launch raises DeadlockError)")
+                abort_all(None, "deadlock: every rank still running waits for another (launch raises DeadlockError)")
     return outcomes, len(outcomes) < len(procs) and not failed, deadlock
 
 
-def _tell(abort: Connection, reason: str) -> None:
+def _tell(pipe: Connection, message: tuple) -> None:
     try:
-        abort.send(reason)
+        pipe.send(message)
     except OSError:  # that rank already exited
         pass
 
@@ -260,16 +269,16 @@ def launch_sim(fn: Callable[..., Any], world_size: int, args: Sequence[Any], tim
     p = world_size
     pipes = {(i, j): ctx.Pipe(duplex=False) for i in range(p) for j in range(p) if i != j}  # i -> j
     reports = [ctx.Pipe(duplex=False) for _ in range(p)]
-    aborts = [ctx.Pipe(duplex=False) for _ in range(p)]
-    parent_ends = [r for r, _ in reports] + [w for _, w in aborts]
-    child_ends = [end for pair in pipes.values() for end in pair] + [w for _, w in reports] + [r for r, _ in aborts]
+    tells = [ctx.Pipe(duplex=False) for _ in range(p)]  # launcher -> rank: who returned, the abort
+    parent_ends = [r for r, _ in reports] + [w for _, w in tells]
+    child_ends = [end for pair in pipes.values() for end in pair] + [w for _, w in reports] + [r for r, _ in tells]
     procs: list[BaseProcess] = []
     try:
         for r in range(p):
             inbox = {i: pipes[(i, r)][0] for i in range(p) if i != r}
             outbox = {j: pipes[(r, j)][1] for j in range(p) if j != r}
             proc = ctx.Process(target=run_rank, name=f"mlsys-rank-{r}", daemon=True,
-                               args=(r, p, token, job, cost, inbox, outbox, aborts[r][0], reports[r][1], protocol))
+                               args=(r, p, token, job, cost, inbox, outbox, tells[r][0], reports[r][1], protocol))
             proc.start()
             procs.append(proc)
         for end in child_ends:

@@ -3,12 +3,12 @@
 :func:`lower` writes one function ``kernel(<inputs>, <outputs>)`` whose loops are the stages' loop
 nests: ``prange`` for a parallel loop, the body repeated for an unrolled one, a ``# vectorize`` loop
 left for LLVM's loop vectorizer (legal by construction: its accesses are contiguous), ``if x < n``
-for a split's tail, ``np.zeros`` for a cache_write buffer, and the region a ``compute_at`` stage
-computes inferred from its readers' affine indices (intervals ``base + [lo, hi]`` in the consumer's
-outer loops, clamped to the tensor). :func:`build` compiles it (``numba.njit``; floating-point sums may
-be reassociated, so results match the numpy meaning up to rounding). With ``trace=True`` the same
-loops call ``_touch(name, index)`` for every array access instead of computing: :mod:`.traffic`
-counts cache misses with it.
+for a split's tail, a cache_write buffer filled with the reduction's identity and stored back element
+by element, and the region a ``compute_at`` stage computes inferred from its readers' affine indices
+(intervals ``base + [lo, hi]`` in the consumer's outer loops, clamped to the tensor). :func:`build`
+compiles it (``numba.njit``; floating-point sums may be reassociated, so results match the numpy
+meaning up to rounding). With ``trace=True`` the same loops call ``_touch(name, index)`` for every
+array access instead of computing: :mod:`.traffic` counts cache misses with it.
 """
 
 from __future__ import annotations
@@ -241,29 +241,41 @@ class _Lowering:
 
     def local_index(self, stage: Stage) -> tuple[list[str], tuple[int, ...], list[str]]:
         """Per spatial axis: the index into the local buffer (the part of the axis from loops inside
-        local_at), the buffer's extent, and the base (the part from the loops outside)."""
-        inside = stage.leaves[stage.leaves.index(stage.local_at) + 1:]
+        local_at), the buffer's extent (that part's bounding box), and the base (the part from the loops
+        outside)."""
         index, shape, base = [], [], []
-        for root in stage.axis:
+        for root, terms in zip(stage.axis, self.inside_terms(stage)):
             coefs = stage.coefficients(root)
             if coefs is None:  # fused, wholly outside (cache_write refuses a fuse inside)
-                coefs = {}
                 base.append(f"({self.axis_value(stage, root)})")
             else:
-                base.append(" + ".join(_term(self.var(stage, l), c) for l, c in coefs.items() if l not in inside) or "0")
-            terms = [(l, c) for l, c in coefs.items() if l in inside]
+                base.append(" + ".join(_term(self.var(stage, l), c) for l, c in coefs.items()
+                                       if (l, c) not in terms) or "0")
             index.append(" + ".join(_term(self.var(stage, l), c) for l, c in terms) or "0")
             shape.append(sum(c * (l.extent - 1) for l, c in terms) + 1)
         return index, tuple(shape), base
 
+    def inside_terms(self, stage: Stage) -> list[list[tuple]]:
+        """Per spatial axis, (loop, coefficient) of the loops inside local_at that its value depends on."""
+        inside = stage.leaves[stage.leaves.index(stage.local_at) + 1:]
+        return [[(l, c) for l, c in (stage.coefficients(root) or {}).items() if l in inside] for root in stage.axis]
+
     def write_back(self, stage: Stage, depth: int) -> None:
-        """Store the local buffer to the output: base (outer loops) + local offset, tails guarded."""
-        _, shape, bases = self.local_index(stage)
-        targets = []
-        for d, (root, extent, base) in enumerate(zip(stage.axis, shape, bases)):
-            self.emit(depth + d, f"for {self.var(stage, root)}_w in range({extent}):")
-            targets.append(f"{base} + {self.var(stage, root)}_w")
-        depth += len(shape)
+        """Store the local buffer to the output: base (outer loops) + each offset the loops inside
+        local_at wrote, in increasing order per axis, tails guarded. Only those offsets: with a split's
+        outer part inside local_at and its inner part outside, the buffer holds every factor-th row of
+        its bounding box, and storing the whole box would overwrite the rows in between."""
+        _, _, bases = self.local_index(stage)
+        targets, offsets = [], []
+        for root, base, terms in zip(stage.axis, bases, self.inside_terms(stage)):
+            parts = []
+            for r, (step, count) in enumerate(_runs(terms)):
+                name = f"{self.var(stage, root)}_w{r + 1 if r else ''}"
+                self.emit(depth, f"for {name} in range({count}):")
+                depth += 1
+                parts.append(_term(name, step))
+            offsets.append(" + ".join(parts))
+            targets.append(f"{base} + {offsets[-1]}")
         guards = [f"{t} < {root.extent}" for t, root in zip(targets, stage.axis) if stage.has_tail(root)]
         if guards:
             self.emit(depth, f"if {' and '.join(guards)}:")
@@ -271,8 +283,7 @@ class _Lowering:
         if self.trace:
             self.emit(depth, f"_touch({stage.name!r}, ({', '.join(targets)},))")
         else:
-            local = ", ".join(f"{self.var(stage, root)}_w" for root in stage.axis)
-            self.emit(depth, f"{stage.name}[{', '.join(targets)}] = {stage.name}_local[{local}]")
+            self.emit(depth, f"{stage.name}[{', '.join(targets)}] = {stage.name}_local[{', '.join(offsets)}]")
 
     # --- compute_at -------------------------------------------------------------------------------
 
@@ -355,6 +366,20 @@ def _plus(text: str, constant: int) -> str:
 
 def _term(name: str, coefficient: int) -> str:
     return name if coefficient == 1 else f"{coefficient} * {name}"
+
+
+def _runs(terms: list[tuple]) -> list[tuple[int, int]]:
+    """The offsets ``sum(c * l)`` that loops ``(l, c)`` reach along one axis, as runs ``(step, count)``,
+    largest step first: the offsets are ``sum(step * w)`` over ``w in range(count)`` of each run. The
+    parts of one split chain nested in order make one run of step 1 (a dense block); a part whose
+    inner part is missing (outside local_at) starts a strided run."""
+    runs: list[tuple[int, int]] = []  # smallest step first
+    for loop, c in sorted(((l, c) for l, c in terms if l.extent > 1), key=lambda term: term[1]):
+        if runs and c == runs[-1][0] * runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] * loop.extent)
+        else:
+            runs.append((c, loop.extent))
+    return runs[::-1] or [(1, 1)]
 
 
 def _interval(index: Expr, intervals: dict):

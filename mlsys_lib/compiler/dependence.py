@@ -8,7 +8,8 @@ is **lexicographically positive** (first non-zero entry positive); the loop of t
 it. The zero vector (both accesses in one iteration, ordered by the body's statement order, which no
 loop reordering changes) is loop-independent and dropped. Dependences must be **uniform**: the two
 accesses have the same loop coefficients (``A[i, j]`` and ``A[i-1, j+1]``). A transformation is legal iff
-every dependence keeps its direction:
+every dependence keeps its direction (then it computes the same numbers; the converse can fail, see
+:func:`legal_by_execution`):
 
 * **permutation / interchange**: every permuted distance vector stays lexicographically positive;
 * **parallel loop**: it carries no dependence (each vector is zero on it or carried by an outer loop);
@@ -324,10 +325,16 @@ def run_nest(nest: LoopNest, order: Iterable[str | int] | None, arrays: Mapping[
 def legal_by_execution(nest: LoopNest, order: Iterable[str | int] | None = None, *,
                        tile: Mapping[str, int] | None = None, reverse: Iterable[str] = (), seed: int = 0) -> bool:
     """Brute force: on random data, does this schedule make every statement instance write bit-for-bit the
-    value it writes in the original order, and leave the same arrays? That holds iff every dependence
-    keeps its direction (a reversed one changes a value read, or which write comes last), barring
-    accidents of rounding. (Equal final arrays alone can hide a reversed dependence whose value is
-    overwritten later.)"""
+    value it writes in the original order, and leave the same arrays?
+
+    It compares results, not the order of accesses. Every schedule that keeps each dependence's direction
+    passes (each instance reads the same values, and the same write comes last). The converse fails where
+    a reversed dependence changes no number: in ``A[i + j] = B[i + j]`` the two writes of an element store
+    the same value, so interchanging i and j reverses the output dependence (1, -1), which
+    :func:`permutation_is_legal` refuses, and this returns True. With distinct values (random data, each
+    term weighted differently) a reversed dependence almost always changes a value read or which write
+    comes last. (Equal final arrays alone can hide a reversed dependence whose value is overwritten later:
+    hence every written value is compared.)"""
     arrays, before, after = random_arrays(nest, seed), {}, {}
     start = run_nest(nest, None, arrays, trace=before)
     end = run_nest(nest, order, arrays, tile=tile, reverse=reverse, trace=after)

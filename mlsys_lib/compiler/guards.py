@@ -6,7 +6,8 @@ with the same guard may reuse the compiled graph and any other call must compile
 * per array argument (numpy array, numpy scalar or autodiff Tensor) its dtype and its shape, with the
   *bucketed* axes rounded up to a power of two (:func:`next_power_of_two`): lengths 5, 6, 7 and 8
   share the bucket 8, so a new length need not recompile (the lecture: "compile for different values
-  of x (powers of 2)");
+  of x (powers of 2)"). A numpy scalar is a 0-d array, ``np.float64`` too although it is also a
+  Python float: the compiled function takes it as an input, not as a constant;
 * per Python value (bool, int, float, str, None, tuples and lists of these) its type and its value:
   the trace ran Python code on it (``if flag:``), so the graph has it baked in.
 
@@ -90,16 +91,17 @@ def guard_key(args: Sequence[Any], kwargs: Mapping[str, Any] | None = None, buck
               names: Sequence[str] | None = None) -> tuple:
     """The guard of a call ``f(*args, **kwargs)``: a hashable tuple, equal for calls one trace may serve.
 
-    * array (numpy array or scalar, autodiff Tensor): ``("array", dtype, shape)``, the shape bucketed
-      (:data:`Bucket`; names: the positional arguments' names, default ``arg0``, ``arg1``, ...);
+    * array (numpy array or scalar, ``np.float64`` included, autodiff Tensor): ``("array", dtype, shape)``,
+      the shape bucketed (:data:`Bucket`; names: the positional arguments' names, default ``arg0``, ...);
     * Python value: ``(type name, repr)``. The type keeps ``True``, ``1`` and ``1.0`` apart (equal and
       hash-equal in Python, yet the trace bakes in a bool, int or float constant and may branch on its
       type); the repr keeps ``0.0`` and ``-0.0`` apart (``x / c`` gives +inf or -inf) and makes every
       NaN the same key, so a NaN argument hits the cache although ``nan != nan``;
     * tuple or list of Python values: ``(type name, keys of the items)``.
 
-    Keywords are keyed by name, sorted. TypeError naming the argument for anything else (an array
-    inside a tuple included: pass arrays as arguments of their own) and for arrays of non-numeric dtype.
+    Keywords are keyed by name, sorted. TypeError naming the argument for anything else (an array or
+    numpy scalar inside a tuple or list included: pass arrays as arguments of their own) and for arrays
+    of non-numeric dtype.
     """
     names = [f"arg{i}" for i in range(len(args))] if names is None else list(names)
     if len(names) != len(args):
@@ -110,8 +112,13 @@ def guard_key(args: Sequence[Any], kwargs: Mapping[str, Any] | None = None, buck
 
 
 def _key(value: Any, where: str, bucket: Bucket, name: str | None) -> tuple:
-    """One argument's key (``name`` None: an item of a tuple or list, where arrays are not allowed)."""
-    if isinstance(value, ARRAYS) and name is not None:
+    """One argument's key (``name`` None: an item of a tuple or list, where arrays are not allowed).
+
+    Arrays are recognised first: ``np.float64`` is a subclass of ``float`` and ``np.str_`` of ``str``."""
+    if isinstance(value, ARRAYS):
+        if name is None:
+            raise TypeError(f"guard_key: {where} is an array inside a tuple or list; pass each array as an "
+                            f"argument of its own")
         if value.dtype.kind not in "biufc":
             raise TypeError(f"guard_key: {where} is an array of dtype {value.dtype}; expected a bool, integer, "
                             f"floating or complex dtype")
@@ -121,9 +128,6 @@ def _key(value: Any, where: str, bucket: Bucket, name: str | None) -> tuple:
     if isinstance(value, (tuple, list)):
         return (type(value).__name__,
                 tuple(_key(item, f"{where}[{k}]", bucket, None) for k, item in enumerate(value)))
-    if isinstance(value, ARRAYS):
-        raise TypeError(f"guard_key: {where} is an array inside a tuple or list; pass each array as an "
-                        f"argument of its own")
     raise TypeError(f"guard_key: {where} is a {type(value).__name__}; a compiled function takes numpy arrays, "
                     f"autodiff Tensors, Python bool, int, float, str, None and tuples or lists of these")
 

@@ -15,7 +15,8 @@ check that the result still computes the same values:
 ``parallel``        a spatial loop: iterations write different elements (a reduction loop cannot be
                     parallel: its iterations update the same element)
 ``cache_write``     accumulate the elements written under a loop in a local buffer, stored once at the
-                    end of that loop's body; every reduction loop must lie inside it
+                    end of that loop's body (each element written, once); every reduction loop must lie
+                    inside it
 ``compute_at``      compute a producer inside a loop of its consumer, only the region that the
                     iteration reads (bound inference on the affine indices)
 ``compute_inline``  substitute an elementwise producer's formula into its readers
@@ -164,7 +165,9 @@ class Stage:
 
     def cache_write(self, loop: Loop) -> None:
         """Accumulate what one iteration of ``loop`` writes in a local buffer (registers / L1), zeroed at
-        the start of its body and stored to the output at its end."""
+        the start of its body and stored to the output at its end: the elements that iteration wrote, each
+        once, in row-major order. The buffer is their bounding box: with a split's outer part inside
+        ``loop`` and its inner part outside, the iteration writes every factor-th row of it."""
         self._leaf(loop, "cache_write")
         self._not_attached("cache_write")
         if self.op.reduce is None:

@@ -34,10 +34,21 @@ def arrays_in(value: Any) -> Iterator[np.ndarray]:
     elif isinstance(value, (list, tuple, set, frozenset)):
         for item in value:
             yield from arrays_in(item)
-    elif hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType, types.FunctionType)):
-        for item in vars(value).values():
+    elif not isinstance(value, (type, types.ModuleType, types.FunctionType)):
+        for item in _attributes(value):
             if isinstance(item, np.ndarray):
                 yield item
+
+
+def _attributes(value: Any) -> list:
+    """The values of an object's instance attributes, in its ``__dict__`` and its ``__slots__``."""
+    found = list(getattr(value, "__dict__", {}).values())
+    for kind in type(value).__mro__:
+        slots = kind.__dict__.get("__slots__", ())
+        for name in [slots] if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and hasattr(value, name):
+                found.append(getattr(value, name))
+    return found
 
 
 def _owner(array: np.ndarray, inputs: dict[str, list[np.ndarray]]) -> str | None:
@@ -114,7 +125,8 @@ def frozen(**inputs: Any) -> Iterator[None]:
         raise AssertionError(f"the answer writes into {which}{where}; it must leave the caller's arrays "
                              f"unmodified (work on a copy, or build a new array)") from error
     finally:
-        for array, writeable in was_writeable:
+        # arrays that own their memory first: numpy refuses to make a view writeable while its base is read-only
+        for array, writeable in sorted(was_writeable, key=lambda item: item[0].base is not None):
             if writeable:
                 array.flags.writeable = True
 
