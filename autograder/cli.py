@@ -116,7 +116,7 @@ def _gpu_figures() -> int:
     """Time the course's kernels on this machine's GPU (figures next to the simulator's); one line without one."""
     import mlsys_lib  # noqa: F401 - chooses the backend before numba.cuda is imported
     from mlsys_lib.kernels import device_info, gpu_available
-    from mlsys_lib.kernels.gpu_session import NO_GPU, gpu_figures
+    from mlsys_lib.kernels.gpu.gpu_session import NO_GPU, gpu_figures
 
     if not gpu_available():
         print(NO_GPU.format(reason=device_info()["reason"]))

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from numba import types  # noqa: E402
 
-from mlsys_lib.kernels import targets  # noqa: E402  (importing mlsys_lib selects the backend)
+from mlsys_lib.kernels.gpu import targets  # noqa: E402  (importing mlsys_lib selects the backend)
 from mlsys_lib.kernels import (attention, conv1d, elementwise, matmul, norms, reduce, scan,  # noqa: E402
                                transpose)
 

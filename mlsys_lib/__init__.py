@@ -6,7 +6,7 @@ later labs add on top. A lab may use any *lower* layer as finished infrastructur
 
 __version__ = "0.1.0"
 
-from .kernels.device import select_backend as _select_backend
+from .kernels.gpu.device import select_backend as _select_backend
 
 # Numba reads its CUDA-simulator switch once, when numba.cuda is first imported: decide it now.
 _select_backend()

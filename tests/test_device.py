@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mlsys_lib.kernels.device import nvidia_driver_present
+from mlsys_lib.kernels.gpu.device import nvidia_driver_present
 
 EXPECTED = "gpu" if nvidia_driver_present() else "sim"
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlsys_lib.kernels import attention, attention_fused, checks, targets
+from mlsys_lib.kernels import attention, attention_fused, checks
+from mlsys_lib.kernels.gpu import targets
 
 ROOT = Path(__file__).resolve().parents[1]
 _TARGETS = ("sm_80", "sm_90")
@@ -131,7 +132,8 @@ def test_check_plan_with_the_compile_table():
     code = """
 import numpy as np
 import mlsys_lib
-from mlsys_lib.kernels import matmul_register_blocked, targets
+from mlsys_lib.kernels import matmul_register_blocked
+from mlsys_lib.kernels.gpu import targets
 A = np.ones((40, 24), dtype=np.float32)
 ok = targets.check_plan(matmul_register_blocked.plan(A, A.T.copy(), v=8, block=16), "sm_80")
 print(ok[0].registers, ok[0].shared_bytes)

@@ -10,7 +10,7 @@ import pytest
 import mlsys_lib  # noqa: F401 - chooses the backend first
 from autograder.cli import main
 from mlsys_lib.kernels import KernelMeasurement, gpu_available
-from mlsys_lib.kernels.gpu_session import DevicePeak, device_peak, gpu_figures, plot_session, report_lines
+from mlsys_lib.kernels.gpu.gpu_session import DevicePeak, device_peak, gpu_figures, plot_session, report_lines
 
 # What numba reports for these boards (clocks in kHz), and their datasheets' peaks.
 A100 = SimpleNamespace(name=b"NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), MULTIPROCESSOR_COUNT=108,

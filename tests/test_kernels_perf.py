@@ -18,7 +18,7 @@ from mlsys_lib.kernels import (instrument, layernorm_rows, reduce_first_add, red
                                reduce_interleaved_strided, reduce_sequential, reduce_warp_unrolled, scan_blelloch,
                                scan_hillis_steele, scan_work_depth, softmax_rows, transpose_naive, transpose_padded,
                                transpose_shared)
-from mlsys_lib.kernels.device import current_backend
+from mlsys_lib.kernels.gpu.device import current_backend
 
 F32_EPS = float(np.finfo(np.float32).eps)
 SIMULATOR = current_backend() == "sim"

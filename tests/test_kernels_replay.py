@@ -24,7 +24,7 @@ import pytest
 
 from mlsys_lib.kernels import (conv1d_shared, instrument, matmul_tiled, reduce_warp_unrolled,
                                transpose_padded)
-from mlsys_lib.kernels.device import current_backend
+from mlsys_lib.kernels.gpu.device import current_backend
 
 # A notebook cell as ipykernel compiles it: its file exists only in linecache. A factory closure, a device
 # function, named shared arrays, a race on `spot` (every thread writes spot[0]) and out-of-bounds reads of x

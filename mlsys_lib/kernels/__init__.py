@@ -1,6 +1,23 @@
 """GPU kernels written with ``numba.cuda.jit``, run on an NVIDIA GPU or on Numba's CUDA simulator.
 
-Importing ``mlsys_lib`` already chose the backend (see :mod:`mlsys_lib.kernels.device`).
+Importing ``mlsys_lib`` already chose the backend (see :mod:`mlsys_lib.kernels.gpu.device`).
+
+Layout: the modules at the top of this package are the kernels students read, one per lecture
+topic (``elementwise``, ``conv1d``, ``matmul``, ``attention``, ``transpose``, ``reduce``, ``scan``,
+``norms``), the device helpers they share (``tiles``) and the host side every wrapper uses
+(``checks``: input checks and per-block limits; ``plan``: the launches a wrapper decided on). The
+machinery that runs and measures them lives in two sub-packages:
+
+* :mod:`mlsys_lib.kernels.sim`: the simulator instrument (``instrument()``: counting traffic, warp
+  requests, races; replaying GPU launches on the simulator);
+* :mod:`mlsys_lib.kernels.gpu`: the GPU side (choosing the backend, the spec table and occupancy,
+  CUDA-event timing, compile targets, the roofline, the GPU lab session).
+
+Dependencies point from the kernels to the machinery: a kernel imports ``checks``, ``plan``,
+``tiles``, ``gpu.device`` and at most another kernel (``attention`` reuses ``matmul``'s), and ``plan``
+asks ``sim.replay`` whether launches are being replayed; nothing in ``sim`` or ``gpu`` imports a
+kernel, except ``gpu.gpu_session``, the top of the stack, which times them all. Everything a notebook
+needs is re-exported here: ``from mlsys_lib.kernels import instrument, matmul_tiled``.
 
 * host wrappers (numpy in, numpy out, any size, float32; ``op.plan(...)`` gives the launch plan):
   ``elementwise_map``, ``conv1d_naive``, ``conv1d_shared``, ``matmul_naive``, ``matmul_tiled``,
@@ -20,7 +37,7 @@ Importing ``mlsys_lib`` already chose the backend (see :mod:`mlsys_lib.kernels.d
 * the GPU lab session: ``device_peak`` (bandwidth and FP32 peak from the device's attributes),
   ``gpu_figures`` (every kernel timed against that peak; ``mlsys course figures --gpu``).
 
-Everything but ``device`` is imported lazily, on first use: ``import mlsys_lib`` imports this
+Everything but ``gpu.device`` is imported lazily, on first use: ``import mlsys_lib`` imports this
 package *before* it selects the backend, and the kernel modules import ``numba.cuda``, which
 must not happen until the backend is selected.
 """
@@ -28,7 +45,7 @@ must not happen until the backend is selected.
 import importlib
 from typing import Any
 
-from .device import DEVICE_ENV, device_info
+from .gpu.device import DEVICE_ENV, device_info
 
 _EXPORTS = {
     "elementwise_map": "elementwise",
@@ -41,14 +58,14 @@ _EXPORTS = {
     "scan_hillis_steele": "scan", "scan_blelloch": "scan", "scan_work_depth": "scan",
     "softmax_rows": "norms", "layernorm_rows": "norms",
     "load_tile": "tiles", "load_span": "tiles", "block_thread_id": "tiles",
-    "instrument": "instrumentation",
-    "Report": "report", "LaunchRecord": "report", "Race": "report", "OutOfBounds": "report",
-    "ArrayTraffic": "report", "COUNT_KINDS": "report", "Requests": "report", "WarpStats": "report",
-    "occupancy": "gpus", "Occupancy": "gpus", "GpuSpec": "gpus", "GPUS": "gpus",
+    "instrument": "sim.instrumentation",
+    "Report": "sim.report", "LaunchRecord": "sim.report", "Race": "sim.report", "OutOfBounds": "sim.report",
+    "ArrayTraffic": "sim.report", "COUNT_KINDS": "sim.report", "Requests": "sim.report", "WarpStats": "sim.report",
+    "occupancy": "gpu.gpus", "Occupancy": "gpu.gpus", "GpuSpec": "gpu.gpus", "GPUS": "gpu.gpus",
     "HostOp": "plan", "KernelPlan": "plan", "KernelStep": "plan",
-    "gpu_available": "timing", "time_plan": "timing", "time_cupy_matmul": "timing",
-    "KernelMeasurement": "roofline", "measure": "roofline", "roofline_points": "roofline",
-    "DevicePeak": "gpu_session", "device_peak": "gpu_session", "gpu_figures": "gpu_session",
+    "gpu_available": "gpu.timing", "time_plan": "gpu.timing", "time_cupy_matmul": "gpu.timing",
+    "KernelMeasurement": "gpu.roofline", "measure": "gpu.roofline", "roofline_points": "gpu.roofline",
+    "DevicePeak": "gpu.gpu_session", "device_peak": "gpu.gpu_session", "gpu_figures": "gpu.gpu_session",
 }
 
 __all__ = ["DEVICE_ENV", "device_info", *_EXPORTS]

@@ -3,8 +3,8 @@
 A host wrapper such as ``matmul_tiled(A, B, tile=16)`` does three things: check its inputs, choose
 the launch (grid, block, arguments, output), and run it. The first two make a :class:`KernelPlan`;
 running it is ``plan.run()``. Keeping the plan as a value lets the same launch be run, counted
-under the simulator (:mod:`mlsys_lib.kernels.instrumentation`), timed with CUDA events
-(:mod:`mlsys_lib.kernels.timing`) and placed on a roofline (:mod:`mlsys_lib.kernels.roofline`).
+under the simulator (:mod:`mlsys_lib.kernels.sim.instrumentation`), timed with CUDA events
+(:mod:`mlsys_lib.kernels.gpu.timing`) and placed on a roofline (:mod:`mlsys_lib.kernels.gpu.roofline`).
 
 Every public kernel is a :class:`HostOp`: ``op(*inputs)`` runs it and returns a numpy array,
 ``op.plan(*inputs)`` returns the plan without running anything.
@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
-from .replay import replaying
+from .sim.replay import replaying
 
 
 Launch = tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]  # (kernel, grid, block, device args)

@@ -47,7 +47,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .checks import ceil_div, float32_array, positive_int
-from .device import current_backend
+from .gpu.device import current_backend
 from .plan import HostOp, KernelPlan, KernelStep
 
 _ZERO = float32(0.0)

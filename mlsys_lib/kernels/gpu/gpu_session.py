@@ -29,7 +29,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..tensor.roofline import Roofline
+from ...tensor.roofline import Roofline
 from .roofline import KernelMeasurement, measure, roofline_points
 from .timing import gpu_available
 
@@ -106,7 +106,7 @@ def plot_session(measurements: list[KernelMeasurement], attention: dict[str, lis
     """
     import matplotlib.pyplot as plt
 
-    from ..viz import plot_roofline
+    from ...viz import plot_roofline
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -158,9 +158,9 @@ def _plot_warp_kernels(warp: list[KernelMeasurement], peak: DevicePeak, path: Pa
 
 def _plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
     """The lecture's roofline kernels at sizes that keep a GPU busy for a few milliseconds."""
-    from .attention import attention_fused, attention_naive
-    from .conv1d import conv1d_naive, conv1d_shared
-    from .matmul import matmul_naive, matmul_register_blocked, matmul_tiled
+    from ..attention import attention_fused, attention_naive
+    from ..conv1d import conv1d_naive, conv1d_shared
+    from ..matmul import matmul_naive, matmul_register_blocked, matmul_tiled
 
     x = rng.standard_normal(1 << 24).astype(np.float32)
     w = np.full(3, 1 / 3, dtype=np.float32)
@@ -175,11 +175,11 @@ def _plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
 
 def _warp_plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
     """Lecture 12's kernels (and Lab 12's) at GPU sizes: each sequence in the lecture's order."""
-    from .norms import layernorm_rows, softmax_rows
-    from .reduce import (reduce_first_add, reduce_interleaved, reduce_interleaved_strided, reduce_sequential,
+    from ..norms import layernorm_rows, softmax_rows
+    from ..reduce import (reduce_first_add, reduce_interleaved, reduce_interleaved_strided, reduce_sequential,
                          reduce_warp_unrolled)
-    from .scan import scan_blelloch, scan_hillis_steele
-    from .transpose import transpose_naive, transpose_padded, transpose_shared
+    from ..scan import scan_blelloch, scan_hillis_steele
+    from ..transpose import transpose_naive, transpose_padded, transpose_shared
 
     a = rng.standard_normal((4096, 4096)).astype(np.float32)
     x = rng.standard_normal(1 << 24).astype(np.float32)
@@ -196,7 +196,7 @@ def _warp_plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
 
 
 def _attention_times(rng: np.random.Generator, repeats: int) -> dict[str, list[tuple[int, float]]]:
-    from .attention import attention_fused, attention_naive
+    from ..attention import attention_fused, attention_naive
 
     times: dict[str, list[tuple[int, float]]] = {"naive": [], "fused": []}
     for n in (256, 512, 1024, 2048, 4096):

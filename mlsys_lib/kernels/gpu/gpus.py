@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import ceil_div
+from ..checks import ceil_div
 
 WARP_SIZE = 32
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ..tensor.roofline import Roofline, arithmetic_intensity
+from ...tensor.roofline import Roofline, arithmetic_intensity
 from .device import current_backend
-from .instrumentation import instrument
-from .plan import KernelPlan
+from ..sim.instrumentation import instrument
+from ..plan import KernelPlan
 from .timing import time_plan
 
 

@@ -30,9 +30,9 @@ from unittest import mock
 
 import numba
 
-from .checks import MAX_REGISTERS_PER_BLOCK, MAX_THREADS_PER_BLOCK, block_registers, shared_bytes
+from ..checks import MAX_REGISTERS_PER_BLOCK, MAX_THREADS_PER_BLOCK, block_registers, shared_bytes
 from .device import current_backend
-from .plan import KernelPlan
+from ..plan import KernelPlan
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .checks import float32_array, positive_int
+from ..checks import float32_array, positive_int
 from .device import current_backend
-from .plan import KernelPlan
+from ..plan import KernelPlan
 
 
 def gpu_available() -> bool:

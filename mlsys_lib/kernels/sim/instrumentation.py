@@ -9,7 +9,7 @@
 
 While the block is active, four pieces of Numba's CUDA simulator are wrapped (and restored after):
 
-* a kernel launch passes its array arguments as :class:`~mlsys_lib.kernels.traced.TracedArray`
+* a kernel launch passes its array arguments as :class:`~mlsys_lib.kernels.sim.traced.TracedArray`
   (global memory) and records the launch;
 * ``cuda.shared.array`` returns a traced array, fresh for each block (floats start as NaN, so a
   read of a slot nobody filled shows in the result);
@@ -21,7 +21,7 @@ The simulator starts one Python thread per thread of a block; during an instrume
 1 MiB stacks (:data:`THREAD_STACK_BYTES`), so that full 32 x 32 blocks fit a 4 GiB address space.
 
 On the GPU backend none of this runs in the caller's process: each launch inside the block is replayed,
-with these patches, in a simulator worker process (:mod:`mlsys_lib.kernels.replay`), and its record
+with these patches, in a simulator worker process (:mod:`mlsys_lib.kernels.sim.replay`), and its record
 and results come back; launches outside the block run on the GPU. Only element accesses of arrays
 are counted: local arrays (``cuda.local.array``) are registers and not counted.
 """
@@ -37,7 +37,7 @@ from unittest import mock
 
 import numpy as np
 
-from .device import current_backend
+from ..gpu.device import current_backend
 from .report import Report
 from .traced import Recorder, TracedArray, declared_name
 
@@ -54,7 +54,7 @@ def instrument(limit: int = 100) -> Iterator[Report]:
 
     ``limit`` caps the races and out-of-bounds accesses kept per launch (all are counted).
     On the GPU backend the launches are replayed on the simulator in a worker process
-    (:mod:`mlsys_lib.kernels.replay`), with the same report. RuntimeError if a block is already active.
+    (:mod:`mlsys_lib.kernels.sim.replay`), with the same report. RuntimeError if a block is already active.
     """
     global _active
     if isinstance(limit, bool) or not isinstance(limit, int):

@@ -3,7 +3,7 @@
 Counting accesses needs Numba's CUDA simulator, and Numba picks one backend per process. On the GPU
 backend, :func:`~mlsys_lib.kernels.instrument` therefore intercepts each top-level kernel launch
 (``CUDADispatcher.call``, what ``kernel[grid, block](*args)`` calls, before anything touches the
-driver) and sends it to a long-lived worker, ``python -m mlsys_lib.kernels.replay_worker`` with
+driver) and sends it to a long-lived worker, ``python -m mlsys_lib.kernels.sim.replay_worker`` with
 ``MLSYS_DEVICE=sim``, which runs it under its own ``instrument(limit)``:
 
 * the kernel travels as its Python function, by value (cloudpickle), and so does any CUDA dispatcher
@@ -15,7 +15,7 @@ driver) and sends it to a long-lived worker, ``python -m mlsys_lib.kernels.repla
 * the source lines of every function sent go along (a notebook cell exists only in ``linecache``),
   so shared arrays get the names they have in the caller's source.
 
-The worker answers with the :class:`~mlsys_lib.kernels.report.LaunchRecord`, which joins the caller's
+The worker answers with the :class:`~mlsys_lib.kernels.sim.report.LaunchRecord`, which joins the caller's
 report, the arguments' arrays after the launch, which are written back into the caller's arrays
 (numpy in place, device arrays copied to the device), and what the kernel printed (to standard
 output and error). An exception
@@ -50,7 +50,7 @@ import numpy as np
 from .report import Report
 
 _HEADER = struct.Struct("<Q")  # the byte length of each pickled message
-WORKER = "mlsys_lib.kernels.replay_worker"  # the module the worker runs (``python -m``)
+WORKER = "mlsys_lib.kernels.sim.replay_worker"  # the module the worker runs (``python -m``)
 _report: Report | None = None  # the report of the active instrument() block on the GPU backend
 _limit = 0
 _worker: subprocess.Popen | None = None
@@ -194,7 +194,7 @@ def _exchange(request: bytes, kernel: str) -> dict:
 
 
 def _start_worker(errors: Any) -> subprocess.Popen:
-    """``python -m mlsys_lib.kernels.replay_worker`` on the simulator, importing from this process's ``sys.path``;
+    """``python -m mlsys_lib.kernels.sim.replay_worker`` on the simulator, importing from this process's ``sys.path``;
     its standard error goes to the file ``errors``."""
     path = os.pathsep.join(p for p in sys.path if isinstance(p, str) and p)
     env = {**os.environ, "MLSYS_DEVICE": "sim", "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": path}

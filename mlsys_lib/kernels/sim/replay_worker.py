@@ -1,4 +1,4 @@
-"""The simulator worker of :mod:`mlsys_lib.kernels.replay`: ``python -m mlsys_lib.kernels.replay_worker``.
+"""The simulator worker of :mod:`mlsys_lib.kernels.sim.replay`: ``python -m mlsys_lib.kernels.sim.replay_worker``.
 
 It runs with ``MLSYS_DEVICE=sim`` (``python -m`` imports ``mlsys_lib`` first, which selects the
 simulator), reads one pickled launch after another on standard input, runs each under its own

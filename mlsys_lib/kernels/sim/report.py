@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gpus import Occupancy, occupancy
+from ..gpu.gpus import Occupancy, occupancy
 
 Dim3 = tuple[int, int, int]
 

@@ -8,7 +8,7 @@ array is a :class:`TracedArray` over the same data instead. On every element acc
    computes ``i - 1`` at ``i = 0`` has a bug even though Numba would wrap it around);
 2. adds one to the accessing thread's read or write counter for that array, and logs the access
    (site, epoch, how often this thread ran the site before in this epoch, array, load/store, byte
-   address) for the warp-level analysis of :mod:`~mlsys_lib.kernels.warps` at the end of the launch.
+   address) for the warp-level analysis of :mod:`~mlsys_lib.kernels.sim.warps` at the end of the launch.
    The *site* is the source position the kernel's own frame is at: the subscript itself, or the call
    of the device function that made the access. Frames are looked up once per thread, not per
    access (``sys._getframe`` and ``frame.f_code`` raise audit events, which the grader's guard judges);
@@ -17,7 +17,7 @@ array is a :class:`TracedArray` over the same data instead. On every element acc
    with the same epoch by different threads are unordered, and they race if one is a write.
 
 A :class:`Recorder` holds the state of one launch and turns it into a
-:class:`~mlsys_lib.kernels.report.LaunchRecord`.
+:class:`~mlsys_lib.kernels.sim.report.LaunchRecord`.
 """
 
 from __future__ import annotations
