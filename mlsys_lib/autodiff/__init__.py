@@ -11,8 +11,15 @@ Every primitive op is one class (``Op``) in elementwise / layout / linalg / redu
 with its numpy forward, shape rule, VJP and JVP; the VJP and JVP are themselves written with these
 ops. Also: ``gradcheck``, ``draw_graph``, ``optim`` (SGD, Momentum, RMSProp, Adam, decay schedules)
 and ``nn`` (Module, Linear, ReLU, Sequential, MLP).
+
+Dependencies go one way, each layer importing only those before it: ``tensor`` (Tensor, Op, apply)
+imports no op; the op modules (``elementwise``, ``layout``, ``linalg``, ``reductions``) import
+``tensor``; ``engine`` (reverse mode) and ``forward_mode`` import ``tensor`` and ``layout``;
+``operators`` imports the ops and the engine and sets the Tensor's operators and methods
+(``x + y``, ``x.sum()``, ``loss.backward()``). This package imports ``operators`` first.
 """
 
+from . import operators  # noqa: F401  (first: gives Tensor its operators and methods)
 from . import nn, optim
 from .draw import draw_graph
 from .elementwise import add, div, exp, gelu, log, mul, neg, power, relu, sigmoid, sub, tanh

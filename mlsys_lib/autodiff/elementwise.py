@@ -11,12 +11,13 @@ Linear ops (add, sub, neg) skip the multiplication by a constant partial and sta
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from .shapes import Shape, broadcast_shapes
-from .tensor import Op, Tensor, apply, as_tensor, operands, total
+from .tensor import Op, Tensor, apply, as_tensor, operands
 
 
 class Elementwise(Op):
@@ -192,6 +193,12 @@ class Positive(Elementwise):
 
     def jvp(self, tangents, out, x):
         return None
+
+
+def total(*terms: Tensor | None) -> Tensor | None:
+    """The sum of the terms that are not None; None if all are (a sum of zero tangents)."""
+    present = [t for t in terms if t is not None]
+    return functools.reduce(add, present) if present else None
 
 
 def add(x, y) -> Tensor:

@@ -7,6 +7,10 @@ used twice (``b = a + a``) gets the sum of both contributions.
 With ``create_graph=True`` the VJPs run as ordinary recorded ops: the result is a *backward graph*
 that can itself be differentiated (second derivatives, Hessian-vector products). With it off they
 run under ``no_grad()`` and record nothing. Symbolic inputs always give symbolic gradient nodes.
+
+The engine is built on :mod:`~mlsys_lib.autodiff.tensor` (nodes, ``no_grad``) and one op, ``sum_to``;
+``tensor`` does not import it back: ``loss.backward()`` is :func:`backward`, set on ``Tensor`` by
+:mod:`~mlsys_lib.autodiff.operators`.
 """
 
 from __future__ import annotations
@@ -83,7 +87,12 @@ def seed_for(output: Tensor, grad, op: str) -> Tensor:
 
 
 def backward(output: Tensor, grad=None, create_graph: bool = False) -> None:
-    """``output.backward(grad)``: accumulate d(output)/d(leaf) into the ``.grad`` of every leaf that requires grad."""
+    """``output.backward(grad)``: accumulate d(output)/d(leaf) into the ``.grad`` of every leaf that requires grad.
+
+    grad: the seed ∂L/∂output, needed (with output's shape) unless output is a scalar.
+    create_graph: record the backward pass as a graph, so the gradients can be differentiated again.
+    This function is the method ``Tensor.backward`` (:mod:`~mlsys_lib.autodiff.operators` sets it).
+    """
     if output.data is None:
         raise TypeError("backward: the output is symbolic; use gradients(y, xs) and an Executor instead")
     if not output.requires_grad:

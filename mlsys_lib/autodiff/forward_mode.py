@@ -3,6 +3,10 @@
 Each op's JVP maps its inputs' tangents to its output's tangent, so one pass of f gives the
 directional derivative J·v. That costs one pass per input direction, against one pass per output
 for reverse mode: forward mode wins for few inputs and many outputs.
+
+:func:`~mlsys_lib.autodiff.tensor.apply` runs every op; while :func:`jvp` runs it hands each new node
+to :func:`push_tangent` here (``_mode.push_tangent``), so the core in ``tensor`` needs no import of
+this module or of the ops the tangents are computed with.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .tensor import Tensor, _mode, _switch, as_tensor
+from .layout import broadcast_to
+from .tensor import Op, Tensor, _mode, _switch, as_tensor
 
 
 def jvp(f: Callable[..., Tensor | Sequence[Tensor]], primals: Sequence, tangents: Sequence):
@@ -22,7 +27,7 @@ def jvp(f: Callable[..., Tensor | Sequence[Tensor]], primals: Sequence, tangents
     tangents come back in the same structure. A Tensor primal keeps its ``requires_grad``, so f may
     itself call ``grad`` (forward-over-reverse gives Hessian-vector products). Calls do not nest.
     """
-    if _mode.forward_mode:
+    if _mode.push_tangent is not None:
         raise RuntimeError("jvp: nested forward mode is not supported")
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
@@ -35,9 +40,18 @@ def jvp(f: Callable[..., Tensor | Sequence[Tensor]], primals: Sequence, tangents
             if x.tangent.shape != x.shape:
                 raise ValueError(f"jvp: tangent {i} has shape {x.tangent.shape}, its primal has shape {x.shape}")
         inputs.append(x)
-    with _switch("forward_mode", True):
+    with _switch("push_tangent", push_tangent):
         outputs = f(*inputs)
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
     tangent_outs = [o.tangent if o.tangent is not None else Tensor(np.zeros(o.shape, o.dtype)) for o in outs]
     return (outputs, tangent_outs[0]) if single else (outputs, type(outputs)(tangent_outs))
+
+
+def push_tangent(op: Op, out: Tensor, inputs: Sequence[Tensor]) -> Tensor | None:
+    """out's tangent from its inputs' tangents by the op's JVP, broadcast to out's shape (apply() calls it)."""
+    with _switch("push_tangent", None):  # the JVP's own ops carry no tangents
+        tangent = op.jvp(tuple(x.tangent for x in inputs), out, *inputs)
+        if tangent is not None and tangent.shape != out.shape:
+            tangent = broadcast_to(tangent, out.shape)
+    return tangent

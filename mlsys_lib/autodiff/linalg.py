@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .elementwise import total
 from .layout import swap_last_axes
 from .shapes import broadcast_shapes
-from .tensor import Op, Tensor, apply, as_tensor, operands, total
+from .tensor import Op, Tensor, apply, as_tensor, operands
 
 
 class MatMul(Op):

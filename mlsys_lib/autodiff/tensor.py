@@ -11,13 +11,18 @@ Every op goes through :func:`apply`, which
 * inside :func:`~mlsys_lib.autodiff.forward_mode.jvp`, pushes tangents forward with the op's JVP.
 
 So each op is written once and serves eager, symbolic, reverse and forward mode.
+
+Dependencies go one way, upwards: this module imports none of the ops. The op modules
+(``elementwise``, ``layout``, ``linalg``, ``reductions``), the reverse-mode ``engine`` and
+``forward_mode`` are built on it; :mod:`~mlsys_lib.autodiff.operators`, which imports both sides,
+gives ``Tensor`` its operators (``x + y``, ``x @ w``) and method forms (``x.sum()``, ``loss.backward()``),
+and ``jvp()`` plugs forward mode into :func:`apply` while it runs (``_mode.push_tangent``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -66,7 +71,7 @@ class _Mode:
     """Process-wide switches read by :func:`apply`."""
 
     grad_enabled = True  # record eager nodes whose inputs require grad
-    forward_mode = False  # jvp() is running: push tangents forward
+    push_tangent = None  # while jvp() runs: forward_mode.push_tangent, which gives each new node its tangent
 
 
 _mode = _Mode()
@@ -80,7 +85,7 @@ def no_grad() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _switch(flag: str, value: bool) -> Iterator[None]:
+def _switch(flag: str, value) -> Iterator[None]:
     saved = getattr(_mode, flag)
     setattr(_mode, flag, value)
     try:
@@ -100,6 +105,12 @@ class Tensor:
 
     ``Tensor(data)`` wraps ``np.asarray(data)`` without copying, so optimizers update it in place.
     Python scalars mixed into ops take the tensor's dtype (``x * 2.0`` stays float32).
+
+    The operators (``+ - * / ** @``, unary ``-``; numpy semantics, broadcasting) and the method forms
+    (``sum``, ``mean``, ``max``, ``reshape``, ``transpose``, ``T``, ``exp``, ``log``, ``tanh``,
+    ``sigmoid``, ``relu``, and ``backward``, the reverse-mode engine's entry point) are set on this
+    class by :mod:`~mlsys_lib.autodiff.operators`: the ops are built on this class, so it cannot
+    import them.
     """
 
     __slots__ = ("data", "shape", "dtype", "op", "inputs", "requires_grad", "grad", "name", "tangent")
@@ -156,49 +167,6 @@ class Tensor:
         name = f" {self.name!r}" if self.name else ""
         return f"Tensor({what}{name}, shape={self.shape}, dtype={self.dtype}, requires_grad={self.requires_grad})"
 
-    # -- reverse mode ---------------------------------------------------------------------------
-    def backward(self, grad=None, create_graph: bool = False) -> None:
-        """Accumulate d(self)/d(leaf) into ``leaf.grad`` of every leaf that requires grad.
-
-        grad: the seed ∂L/∂self, needed (with self's shape) unless self is a scalar.
-        create_graph: record the backward pass as a graph, so the gradients can be differentiated again.
-        """
-        _engine.backward(self, grad, create_graph)
-
-    # -- operators (numpy semantics, broadcasting; reflected forms accept scalars and arrays) ---
-    def __add__(self, other): return _ew.add(self, other)
-    def __radd__(self, other): return _ew.add(other, self)
-    def __sub__(self, other): return _ew.sub(self, other)
-    def __rsub__(self, other): return _ew.sub(other, self)
-    def __mul__(self, other): return _ew.mul(self, other)
-    def __rmul__(self, other): return _ew.mul(other, self)
-    def __truediv__(self, other): return _ew.div(self, other)
-    def __rtruediv__(self, other): return _ew.div(other, self)
-    def __pow__(self, other): return _ew.power(self, other)
-    def __rpow__(self, other): return _ew.power(other, self)
-    def __matmul__(self, other): return _linalg.matmul(self, other)
-    def __rmatmul__(self, other): return _linalg.matmul(other, self)
-    def __neg__(self): return _ew.neg(self)
-
-    # -- method forms of common ops -------------------------------------------------------------
-    def sum(self, axis=None, keepdims: bool = False) -> Tensor: return _reduce.sum(self, axis, keepdims)
-    def mean(self, axis=None, keepdims: bool = False) -> Tensor: return _reduce.mean(self, axis, keepdims)
-    def max(self, axis=None, keepdims: bool = False) -> Tensor: return _reduce.max(self, axis, keepdims)
-    def reshape(self, *shape) -> Tensor: return _layout.reshape(self, _flatten_shape_args(shape))
-    def transpose(self, axes=None) -> Tensor: return _layout.transpose(self, axes)
-    @property
-    def T(self) -> Tensor: return _layout.transpose(self)
-    def exp(self) -> Tensor: return _ew.exp(self)
-    def log(self) -> Tensor: return _ew.log(self)
-    def tanh(self) -> Tensor: return _ew.tanh(self)
-    def sigmoid(self) -> Tensor: return _ew.sigmoid(self)
-    def relu(self) -> Tensor: return _ew.relu(self)
-
-
-def _flatten_shape_args(shape: tuple) -> tuple:
-    """``t.reshape(2, 3)`` and ``t.reshape((2, 3))`` both mean shape (2, 3)."""
-    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-
 
 def as_tensor(value, like: Tensor | None = None) -> Tensor:
     """``value`` as a Tensor: Tensors pass through; Python scalars take ``like``'s floating dtype; arrays keep theirs."""
@@ -226,29 +194,6 @@ def apply(op: Op, *inputs: Tensor) -> Tensor:
             out = Tensor.node(data, shape, data.dtype, op, inputs, True)
         else:
             out = Tensor.node(data, shape, data.dtype, None, (), False)
-    if _mode.forward_mode and any(x.tangent is not None for x in inputs):
-        out.tangent = _push_tangent(op, out, inputs)
+    if _mode.push_tangent is not None and any(x.tangent is not None for x in inputs):
+        out.tangent = _mode.push_tangent(op, out, inputs)
     return out
-
-
-def _push_tangent(op: Op, out: Tensor, inputs: Sequence[Tensor]) -> Tensor | None:
-    """out's tangent from its inputs' tangents by the op's JVP, broadcast to out's shape."""
-    with _switch("forward_mode", False):  # the JVP's own ops carry no tangents
-        tangent = op.jvp(tuple(x.tangent for x in inputs), out, *inputs)
-        if tangent is not None and tangent.shape != out.shape:
-            tangent = _layout.broadcast_to(tangent, out.shape)
-    return tangent
-
-
-def total(*terms: Tensor | None) -> Tensor | None:
-    """The sum of the terms that are not None; None if all are (a sum of zero tangents)."""
-    present = [t for t in terms if t is not None]
-    return functools.reduce(_ew.add, present) if present else None
-
-
-# The operators and methods above call op functions defined in modules that import this one.
-from . import elementwise as _ew  # noqa: E402
-from . import engine as _engine  # noqa: E402
-from . import layout as _layout  # noqa: E402
-from . import linalg as _linalg  # noqa: E402
-from . import reductions as _reduce  # noqa: E402
