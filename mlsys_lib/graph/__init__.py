@@ -22,13 +22,13 @@ from .discovery import Discovery, Substitution, discover, enumerate_graphs
 from .evaluate import evaluate
 from .fusion import fuse_elementwise
 from .generate import random_graph
-from .ir import Graph, GraphBuilder, Node, make_node
+from .ir import Graph, GraphBuilder, Node, format_graph, make_node
 from .ops import OPS, OpDef, conv2d_reference
 from .pass_manager import INFERENCE_PASSES, PassManager, PassStats
 from .passes import SIMPLIFICATIONS, constant_fold, cse, dce, simplify
 from .pattern import Rule, apply_rule, parse_template, rewrite
 from .search import SearchResult, backtracking_optimize, greedy_optimize
-from .show import draw_graph, format_graph
+from .show import draw_graph
 from .verify import Verdict, random_inputs, verify_rule
 
 __all__ = [

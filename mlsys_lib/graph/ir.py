@@ -7,7 +7,8 @@ cycles, and shapes or dtypes that disagree with the op's rule. :func:`make_node`
 shape and dtype from its input nodes; :class:`GraphBuilder` builds graphs by hand.
 
 Placeholders are ``input`` nodes (fed by name); constants are ``const`` nodes whose value is a
-read-only numpy array.
+read-only numpy array. :func:`format_graph` is the text listing ``str(graph)`` prints; drawing is
+in :mod:`~mlsys_lib.graph.show`, which builds on this module (this module imports only ``ops``).
 """
 
 from __future__ import annotations
@@ -180,7 +181,6 @@ class Graph:
         return sum(n.op not in ("input", "const") for n in self)
 
     def __str__(self) -> str:
-        from .show import format_graph
         return format_graph(self)
 
     def __repr__(self) -> str:
@@ -277,3 +277,37 @@ class GraphBuilder:
     def build(self, outputs: Sequence[Node]) -> Graph:
         """The graph of every node built so far, with ``outputs`` as its outputs."""
         return Graph(self._nodes.values(), [out.name for out in outputs])
+
+
+# -- the text listing: str(graph) ----------------------------------------------------------------
+def format_graph(graph: Graph) -> str:
+    """One line per node in topological order, inputs first::
+
+        graph(x: float32[4, 3]) -> (y)
+          c: float32[] = const 7.0
+          y: float32[4, 3] = add(x, c)
+
+    Constants of up to 4 elements show their values; fused kernels show their program, whose
+    ``%i`` are the kernel's inputs and then its earlier steps.
+    """
+    inputs = ", ".join(f"{graph[n].name}: {_type(graph[n])}" for n in graph.inputs)
+    lines = [f"graph({inputs}) -> ({', '.join(graph.outputs)})"]
+    lines += [f"  {node.name}: {_type(node)} = {_expression(node)}" for node in graph if node.op != "input"]
+    return "\n".join(lines)
+
+
+def _type(node: Node) -> str:
+    return f"{node.dtype}[{', '.join(map(str, node.shape))}]"
+
+
+def _expression(node: Node) -> str:
+    if node.op == "const":
+        value = node.attrs["value"]
+        return f"const {value.tolist() if value.size <= 4 else '<' + str(value.size) + ' values>'}"
+    if node.op == "fused":
+        first = len(node.inputs)
+        steps = "; ".join(f"%{first + j} = {op}({', '.join(f'%{i}' for i in args)})"
+                          for j, (op, args) in enumerate(node.attrs["program"]))
+        return f"fused[{steps}]({', '.join(node.inputs)})"
+    attrs = [f"{k}={v}" for k, v in node.attrs.items()]
+    return f"{node.op}({', '.join(list(node.inputs) + attrs)})"
