@@ -9,22 +9,22 @@ by element, and the region a ``compute_at`` stage computes inferred from its rea
 compiles it (``numba.njit``; floating-point sums may be reassociated, so results match the numpy
 meaning up to rounding). With ``trace=True`` the same loops call ``_touch(name, index)`` for every
 array access instead of computing: :mod:`.traffic` counts cache misses with it.
+
+This module builds on :mod:`.schedule` (it reads a schedule's stages), which does not import it;
+it gives :class:`~.schedule.Schedule` its ``lower()`` and ``str()``, the generated source.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
 
 from .expr import REDUCERS, Axis, BinOp, Call, Const, Expr, Load, Tensor, affine
 from .loops import Fuse, ScheduleError, Split
-
-if TYPE_CHECKING:  # schedule.py imports this module: the types only, for the annotations
-    from .schedule import Schedule, Stage
+from .schedule import Schedule, Stage
 
 FASTMATH = {"reassoc", "contract"}  # reorder sums and fuse multiply-adds; NaN and inf keep their meaning
 _CALLS = {"exp": "np.exp", "sqrt": "np.sqrt", "maximum": "np.maximum", "minimum": "np.minimum"}
@@ -457,3 +457,8 @@ def build(schedule: Schedule) -> Kernel:
     source = lower(schedule)
     parallel = any(l.annotation == "parallel" for st in schedule.stages.values() for l in st.leaves)
     return Kernel(source, schedule.inputs, schedule.outputs, parallel)
+
+
+# A schedule prints as the kernel it generates (``print(s)``, ``s.lower()``): set here, where lowering
+# lives, since this module builds on schedule.py and schedule.py does not import it.
+Schedule.lower = Schedule.__str__ = lower

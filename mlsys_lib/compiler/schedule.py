@@ -24,6 +24,10 @@ check that the result still computes the same values:
 
 An illegal request raises :class:`ScheduleError` saying why; :mod:`.codegen` turns the schedule into
 Python source (``print(s)`` shows it) compiled by Numba.
+
+Dependencies go one way: ``expr`` and ``loops`` <- this module <- ``codegen``. Code generation reads a
+schedule, so this module does not import it; ``s.lower()`` and ``print(s)`` (the generated source) are
+set on :class:`Schedule` by :mod:`.codegen`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import contextmanager
 
-from .codegen import lower
 from .expr import Axis, BinOp, Call, Const, Load, Tensor, affine, loads, producers
 from .loops import MAX_UNROLL, Fuse, Loop, ScheduleError, Split
 
@@ -373,7 +376,11 @@ def _substitute(index, mapping: dict):
 
 
 class Schedule:
-    """The stages computing ``outputs``; ``s[C]`` (or ``s["C"]``) is C's :class:`Stage`."""
+    """The stages computing ``outputs``; ``s[C]`` (or ``s["C"]``) is C's :class:`Stage`.
+
+    ``s.lower()`` and ``str(s)`` are the Python source of the kernel it generates
+    (:func:`~mlsys_lib.compiler.codegen.lower`, set here by :mod:`.codegen`).
+    """
 
     def __init__(self, outputs: Tensor | Sequence[Tensor]):
         self.outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -394,13 +401,6 @@ class Schedule:
 
     def readers(self, stage: Stage) -> list[Stage]:
         return [s for s in self.stages.values() if stage.tensor in s.op.inputs]
-
-    def lower(self) -> str:
-        """The Python source of the kernel this schedule generates."""
-        return lower(self)
-
-    def __str__(self) -> str:
-        return self.lower()
 
 
 def create_schedule(outputs: Tensor | Sequence[Tensor]) -> Schedule:
