@@ -35,8 +35,8 @@ MARKER = "<!-- exchange round trip: run verbatim by tests/test_nbgrader_native.p
 
 
 def readme_commands() -> list[str]:
-    """The command lines of the README's exchange round trip, comments kept (they mark students)."""
-    text = (REPO / "README.md").read_text()
+    """The command lines of the instructor guide's exchange round trip, comments kept (they mark students)."""
+    text = (REPO / "docs" / "instructor" / "running-a-class.md").read_text()
     block = text[text.index(MARKER):].split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
