@@ -356,7 +356,7 @@ def _readme_walk() -> tuple[list[str], str]:
 
 
 def test_readme_lms_walk_runs_as_written(tmp_path, monkeypatch, capsys, empty_gradebook):
-    """Every command of the README's LMS walk, run as written; nbgrader's part of grading (tested
+    """Every command of the instructor guide's LMS walk, run as written; nbgrader's part of grading (tested
     in test_grading_batch.py) is replaced by a grader that reads each notebook's score off it."""
     root = tmp_path / "course"
     monkeypatch.setenv("MLSYS_COURSE_DIR", str(root))

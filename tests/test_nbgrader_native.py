@@ -1,7 +1,8 @@
-"""nbgrader's own commands work on this course as the README's instructor guide says, verbatim.
+"""nbgrader's own commands work on this course as the instructor guide says, verbatim
+(docs/instructor/running-a-class.md).
 
 The exchange round trip (release, fetch, submit by two students, one of them late, collect, grade,
-feedback, release and fetch of feedback) runs the README's commands line by line, from a folder that
+feedback, release and fetch of feedback) runs the guide's commands line by line, from a folder that
 is not the repository (the venv's settings file finds the course's). Then Formgrader's view of the
 class (nbgrader's own "autograded" test) and `mlsys course grade` must agree whoever graded last.
 """
@@ -129,7 +130,7 @@ def peek_output(notebook: Path) -> str:
 
 @pytest.fixture(scope="module")
 def round_trip(tmp_path_factory):
-    """The README's round trip, alice on time and bob late (his submission's timestamp, as the exchange
+    """The guide's round trip, alice on time and bob late (his submission's timestamp, as the exchange
     recorded it, a day after the due date), late work scoring zero."""
     tmp = tmp_path_factory.mktemp("exchange")
     course = Class(tmp)
