@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 GRADER := $(VENV)/etc/jupyter/nbgrader_config.py
 
-.PHONY: setup system-deps course test test-fast lab plots plots-gpu bundle release check clean
+.PHONY: setup system-deps course test test-fast site lab plots plots-gpu bundle release check clean
 
 setup: $(STAMP) $(GRADER)
 
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "setuptools>=68" wheel
-	$(BIN)/python -m pip install --quiet -e ".[dev,mpi]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,mpi,site]"
 	touch $(STAMP)
 
 ## the grading kernelspec and a settings file loading nbgrader_config.py, in the venv's Jupyter folders,
@@ -47,6 +47,11 @@ test: setup system-deps
 ## test-fast: skip the slow end-to-end tests (nbgrader pipeline, notebook execution)
 test-fast: setup
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
+
+## site: the course website from docs/ (MyST markdown, Sphinx) into docs/_build/html/ (open its index.html):
+## warnings are errors and every internal link is checked (docs/build.py; docs/maintainers/site.md says more)
+site: setup
+	$(BIN)/python docs/build.py
 
 ## lab: copy the labs not fetched yet into work/ (your copy, git-ignored; labs/ stays the release and
 ## a copy is never overwritten) and open JupyterLab there. PORT=8899 picks the port (default: 8888 or
@@ -72,4 +77,4 @@ check: setup
 	$(BIN)/mlsys course check
 
 clean:
-	rm -rf .course lectures/figures/*.png
+	rm -rf .course lectures/figures/*.png docs/_build docs/labs docs/lectures

@@ -2,8 +2,8 @@
 
     python benchmarks/llm_decode.py [--repeats 20]
 
-The README's tiny model (``llm.train.small_config``: d_model 64, 2 layers, 4 heads, 2 kv heads) with
-max_seq_len 512 and random weights, float32, numpy only (``llm.inference``). For each context length
+The course's small model (docs/library/llm.md; ``llm.train.small_config``: d_model 64, 2 layers, 4 heads,
+2 kv heads) with max_seq_len 512 and random weights, float32, numpy only (``llm.inference``). For each context length
 L = 64, 128, 256, 512, the cost of producing the logits of token L + 1:
 
 * **KV cache**: ``decode_step`` of one token over a cache holding L - 1 tokens (it attends over L keys);

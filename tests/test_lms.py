@@ -346,17 +346,17 @@ def test_export_refuses_a_course_with_nothing_graded(tmp_path):
 
 
 def _readme_walk() -> tuple[list[str], str]:
-    """The commands of the README's "From an LMS download" walk, and its mapping file."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### From an LMS download"):]
-    section = section[:section.index("\n### ", 1)]
+    """The commands of the instructor guide's "From an LMS download" walk, and its mapping file."""
+    text = (REPO / "docs" / "instructor" / "running-a-class.md").read_text()
+    section = text[text.index("From an LMS download\n"):]
+    section = section[:next((m.start() for m in re.finditer(r"^#+ ", section, re.MULTILINE)), len(section))]
     commands = re.findall(r"^\$ (mlsys course .+)$", section, re.MULTILINE)
     mapping = re.search(r"```csv\n(.*?)```", section, re.DOTALL)[1]
     return commands, mapping
 
 
 def test_readme_lms_walk_runs_as_written(tmp_path, monkeypatch, capsys, empty_gradebook):
-    """Every command of the README's LMS walk, run as written; nbgrader's part of grading (tested
+    """Every command of the instructor guide's LMS walk, run as written; nbgrader's part of grading (tested
     in test_grading_batch.py) is replaced by a grader that reads each notebook's score off it."""
     root = tmp_path / "course"
     monkeypatch.setenv("MLSYS_COURSE_DIR", str(root))

@@ -1,7 +1,8 @@
-"""nbgrader's own commands work on this course as the README's instructor guide says, verbatim.
+"""nbgrader's own commands work on this course as the instructor guide says, verbatim
+(docs/instructor/running-a-class.md).
 
 The exchange round trip (release, fetch, submit by two students, one of them late, collect, grade,
-feedback, release and fetch of feedback) runs the README's commands line by line, from a folder that
+feedback, release and fetch of feedback) runs the guide's commands line by line, from a folder that
 is not the repository (the venv's settings file finds the course's). Then Formgrader's view of the
 class (nbgrader's own "autograded" test) and `mlsys course grade` must agree whoever graded last.
 """
@@ -35,8 +36,8 @@ MARKER = "<!-- exchange round trip: run verbatim by tests/test_nbgrader_native.p
 
 
 def readme_commands() -> list[str]:
-    """The command lines of the README's exchange round trip, comments kept (they mark students)."""
-    text = (REPO / "README.md").read_text()
+    """The command lines of the instructor guide's exchange round trip, comments kept (they mark students)."""
+    text = (REPO / "docs" / "instructor" / "running-a-class.md").read_text()
     block = text[text.index(MARKER):].split("```bash\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
@@ -129,7 +130,7 @@ def peek_output(notebook: Path) -> str:
 
 @pytest.fixture(scope="module")
 def round_trip(tmp_path_factory):
-    """The README's round trip, alice on time and bob late (his submission's timestamp, as the exchange
+    """The guide's round trip, alice on time and bob late (his submission's timestamp, as the exchange
     recorded it, a day after the due date), late work scoring zero."""
     tmp = tmp_path_factory.mktemp("exchange")
     course = Class(tmp)

@@ -6,8 +6,8 @@
 
 The first 90% of the corpus is trained on, the last 10% held out for :attr:`TrainResult.val_loss`.
 A model that learned nothing predicts uniformly: log V nats per character (V = 56 characters:
-4.0 nats); the README's model, 800 steps of 16 × 64 characters, ends near 1.5 on its training
-batches and 1.8 on the held-out text (about 50 s on 2 shared cores).
+4.0 nats); the course's small model (docs/library/llm.md), 800 steps of 16 × 64 characters, ends near
+1.5 on its training batches and 1.8 on the held-out text (about 50 s on 2 shared cores).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def blas_threads(threads: int | None) -> Iterator[None]:
 
     The model's matrices are small (64 × 256): splitting them over threads gains little, and on a
     machine whose cores are shared a BLAS thread spinning while its partner waits for a core costs
-    far more (measured on 2 shared cores: 100 steps of the README model in 5 s on one thread, 14 to 40 s on two).
+    far more (measured on 2 shared cores: 100 steps of the course's small model in 5 s on one thread, 14 to 40 s
+    on two).
     """
     if threads is None:
         yield
@@ -60,8 +61,8 @@ def blas_threads(threads: int | None) -> Iterator[None]:
 
 def small_config(vocab_size: int | None = None, max_seq_len: int = 64, n_kv_heads: int = 2,
                  norm: str = "rms") -> ModelConfig:
-    """The README's model: d_model 64, 2 layers, 4 query heads (GQA with 2 kv heads by default), d_ff 256;
-    vocab_size defaults to the bundled corpus's characters. About 0.1 M parameters."""
+    """The course's small model (docs/library/llm.md): d_model 64, 2 layers, 4 query heads (GQA with 2 kv heads
+    by default), d_ff 256; vocab_size defaults to the bundled corpus's characters. About 0.1 M parameters."""
     if vocab_size is None:
         vocab_size = CharTokenizer(load_corpus()).vocab_size
     return ModelConfig(vocab_size=vocab_size, d_model=64, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads,
