@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .course import SECRET_MARKERS
+from .cells import SECRET_MARKERS
 from .kit import KitPlan, plan_kit, write_kit_package
 from .paths import LABS, REPO, check_lab, lab_names
 from .references import PackageSource

@@ -26,8 +26,8 @@ from traitlets import Bool, Int, List, Unicode
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
+from .cells import grade_cells
 from .paths import LABS, REPO, SOLUTIONS, course_dir
-from .samples import grade_cells
 
 #: Name of the kernel every graded notebook runs on, whatever kernel the student's file names.
 GRADING_KERNEL = "mlsys-grader"

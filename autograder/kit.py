@@ -26,10 +26,10 @@ from typing import Iterable
 
 import nbformat
 
+from .cells import fill, solution_cells
 from .edition import Removal, notebook_names, plan_removal, write_stubbed_package
 from .paths import LABS, check_lab, lab_names
 from .references import PACKAGE, PackageSource, execute_notebook, read_manifest
-from .samples import fill, solution_cells
 
 KIT_STUB_MESSAGE = ("{name} belongs to an exercise of {lab}, so this student kit of mlsys_lib leaves it out: "
                     "write it yourself in labs/{lab}/{lab}.ipynb")

@@ -24,8 +24,8 @@ import pytest
 from nbgrader.api import Gradebook
 from nbgrader.utils import parse_utc
 
-from autograder import samples
 from autograder.batch import graded_in_place
+from autograder.cells import fill, solution_cells
 from autograder.config import CONFIG_FILE, GRADING_KERNEL, install_into_environment
 from autograder.paths import REPO
 
@@ -115,7 +115,7 @@ class Class:
 def work_on(notebook: Path, peek: str) -> None:
     """The student's work: the solution's answers in the fetched notebook, and a line that shows what
     the grading kernel can see of the grader's machine."""
-    fetched = samples.fill(nbformat.read(notebook, as_version=4), samples.solution_cells(LAB))
+    fetched = fill(nbformat.read(notebook, as_version=4), solution_cells(LAB))
     first = next(c for c in fetched.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
     first.source += f"\nimport os\nprint('PEEK', os.path.exists({peek!r}), os.path.exists({str(REPO / 'solutions')!r}))\n"
     nbformat.write(fetched, notebook)
