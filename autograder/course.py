@@ -12,17 +12,17 @@ import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 from nbgrader.converters import GenerateAssignment
 
-from .batch import grade_batch, source_fingerprint
 from .cells import SECRET_MARKERS, fill, grade_cells
 from .config import Sandbox, install_mathjax, load_config, sandbox_settings
-from .edition import build_edition
-from .lms import remember_people
-from .nbgrader_run import require_success, run_converter, validate
+from .edition.edition import build_edition
+from .edition.release_guard import ReleaseRecord, ReleaseRefused, back_up, default_backups, install, plan_lab, refusal
+from .intake.lms import remember_people
+from .intake.submissions import find_submissions
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
-from .release_guard import ReleaseRecord, ReleaseRefused, back_up, default_backups, install, plan_lab, refusal
-from .report import StudentResult, load_notes, read_results, record_notes, write_reports, write_summary
-from .sandbox import probe
-from .submissions import find_submissions
+from .report.report import StudentResult, load_notes, read_results, record_notes, write_reports, write_summary
+from .run.batch import grade_batch, source_fingerprint
+from .run.nbgrader_run import require_success, run_converter, validate
+from .sandbox.sandbox import probe
 
 
 def release(labs: list[str] | None = None, *, release_dir: Path = LABS, root: Path | None = None,
@@ -30,8 +30,8 @@ def release(labs: list[str] | None = None, *, release_dir: Path = LABS, root: Pa
     """Regenerate the student release of ``labs`` (default: all) from ``solutions/`` into ``release_dir``.
 
     The labs are generated into a temporary folder first; then, if a file the release would
-    overwrite was edited by someone (see :mod:`autograder.release_guard`), nothing is written and
-    :class:`~autograder.release_guard.ReleaseRefused` names the files, unless ``force``: then they
+    overwrite was edited by someone (see :mod:`autograder.edition.release_guard`), nothing is written and
+    :class:`~autograder.edition.release_guard.ReleaseRefused` names the files, unless ``force``: then they
     are moved under ``backups`` (default ``work/release-backups/<UTC time>/`` beside
     ``release_dir``, said through ``log``) first. Returns the released notebooks. Raises if
     nbgrader fails or if secret text survived.
@@ -155,9 +155,9 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
           log=print) -> list[StudentResult]:
     """Collect, autograde and give feedback on every submission of ``lab``; write the reports.
 
-    ``students`` names a mapping file (LMS name or id -> student id, see :mod:`autograder.lms`).
+    ``students`` names a mapping file (LMS name or id -> student id, see :mod:`autograder.intake.lms`).
 
-    Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.batch`).
+    Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.run.batch`).
     One student's broken submission never stops the batch: it gets 0 with the reason recorded.
     Returns one :class:`StudentResult` per student found.
     """

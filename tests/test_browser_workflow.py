@@ -26,11 +26,12 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import course, samples
-from autograder.batch import collect, graded_in_place
+from autograder import course
+from autograder.authoring import samples
 from autograder.cells import grade_cells, solution_cells
 from autograder.config import install_into_environment
 from autograder.paths import LABS, REPO, SOLUTIONS
+from autograder.run.batch import collect, graded_in_place
 import browser
 from browser import REQUIRE_ENV, JupyterLab, Screens, browser_or_skip, is_local, launch_chromium, refuse_remote
 from feedback_check import leaked_lines

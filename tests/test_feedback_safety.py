@@ -35,9 +35,9 @@ from traitlets.config import Config
 from autograder import course
 from autograder.cells import fill, solution_cells
 from autograder.config import course_config
-from autograder.feedback import REDACTED, SafeFeedback, SanitizeNotebook
+from autograder.feedback.feedback import REDACTED, SafeFeedback, SanitizeNotebook
+from autograder.feedback.safe_html import MARKDOWN_NOTE, clean_html, sanitize_notebook
 from autograder.paths import LABS, lab_names
-from autograder.safe_html import MARKDOWN_NOTE, clean_html, sanitize_notebook
 from browser import browser_or_skip, launch_chromium
 from feedback_check import leaked_lines
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course, samples
+from autograder import course
+from autograder.authoring import samples
 from autograder.cells import SECRET_MARKERS, fill, solution_cells
+from autograder.edition.release_guard import committed_version, in_git
 from autograder.paths import LABS, lab_names
-from autograder.release_guard import committed_version, in_git
 from feedback_check import hidden_lines, leaked_lines
 
 pytestmark = pytest.mark.slow

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import nbformat
 
+from ..cells import fill, solution_cells
+from ..paths import FIXTURES, LABS, SOLUTIONS
 from . import mutate
-from .cells import fill, solution_cells
-from .paths import FIXTURES, LABS, SOLUTIONS
 
 SECTION = re.compile(r"^# %% grade_id=(?P<grade_id>\S+)\s*$", re.MULTILINE)
 

@@ -20,8 +20,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .lms import load_people
-from .paths import check_lab, course_dir
+from ..intake.lms import load_people
+from ..paths import check_lab, course_dir
 from .report import load_notes, read_results
 
 LMSES = ("canvas", "moodle")
