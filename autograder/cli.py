@@ -10,15 +10,17 @@ import time
 import warnings
 from pathlib import Path
 
-from . import course, mutate, references, samples
-from .batch import progress_bar
-from .bundle import bundle, default_kit_name, kit_lab
-from .console import Progress, children_to_log
-from .export import LMSES, export_grades
-from .lectures import render_lectures
+from . import course
+from .authoring import mutate, samples
+from .authoring.lectures import render_lectures
+from .edition import references
+from .edition.bundle import bundle, default_kit_name, kit_lab
+from .intake.submissions import find_submissions, format_found
 from .paths import LECTURES, check_lab, course_dir, lab_names
-from .report import format_table
-from .submissions import find_submissions, format_found
+from .report.console import Progress, children_to_log
+from .report.export import LMSES, export_grades
+from .report.report import format_table
+from .run.batch import progress_bar
 
 
 def _cmd_release(args) -> int:

@@ -26,8 +26,8 @@ from traitlets import Bool, Int, List, Unicode
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
+from .cells import grade_cells
 from .paths import LABS, REPO, SOLUTIONS, course_dir
-from .samples import grade_cells
 
 #: Name of the kernel every graded notebook runs on, whatever kernel the student's file names.
 GRADING_KERNEL = "mlsys-grader"
@@ -57,7 +57,8 @@ MATHJAX_COPY = "mathjax"
 class Sandbox(Configurable):
     """How student notebooks run while graded; set in ``nbgrader_config.py`` as ``c.Sandbox.<name>``.
 
-    What the sandbox shows and hides is in :mod:`autograder.sandbox` and the README's security section.
+    What the sandbox shows and hides is in :mod:`autograder.sandbox.sandbox` and the README's security
+    section.
     """
 
     bubblewrap = Bool(True, help="Run each kernel inside bubblewrap when the bwrap command exists.").tag(config=True)
@@ -84,7 +85,7 @@ class Sandbox(Configurable):
 
 
 def sandbox_settings(config: Config, lab: str | None = None, edition: Path | None = None) -> dict:
-    """The kernel launcher's settings (see :mod:`autograder.sandbox`): the limits, and for ``lab`` the
+    """The kernel launcher's settings (see :mod:`autograder.sandbox.sandbox`): the limits, and for ``lab`` the
     digests of its graded test cells and the modules they import (the kernel guard pins those before
     student code runs), and the grading edition of ``mlsys_lib`` to show instead of the repository's."""
     sandbox = Sandbox(config=config)
@@ -137,13 +138,15 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     c = paths_config(root, release_dir)
     # Everything a student needs is in the notebook; do not copy stray files of the source folder.
     c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback",
-                                "references.txt",  # the lab's guarded references (autograder/references.py)
-                                "equivalent_mutants.txt"]  # the instructor's mutation-testing notes (autograder/mutate.py)
+                                # the lab's guarded references (autograder/edition/references.py)
+                                "references.txt",
+                                # the instructor's mutation-testing notes (autograder/authoring/mutate.py)
+                                "equivalent_mutants.txt"]
     c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
     # nbgrader's list, with an Execute that reports kernel deaths, then the sanitizer that makes the
     # autograded copy (rendered by Formgrader and JupyterLab) run nothing a student's code printed.
     c.Autograde.autograde_preprocessors = [
-        "autograder.execute.SandboxedExecute", "autograder.feedback.SanitizeNotebook",
+        "autograder.run.execute.SandboxedExecute", "autograder.feedback.feedback.SanitizeNotebook",
         "nbgrader.preprocessors.IgnorePattern",
         "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
         "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
@@ -167,7 +170,7 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     # made the student's code print, raise or keep (SafeFeedback: verdicts, redaction, sanitizing).
     c.GenerateFeedback.preprocessors = [
         "nbgrader.preprocessors.GetGrades",
-        "autograder.feedback.SafeFeedback",
+        "autograder.feedback.feedback.SafeFeedback",
         "nbgrader.preprocessors.ClearHiddenTests",
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
@@ -175,7 +178,7 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     # Markdown and HTML outputs and skip JavaScript and widgets. nbconvert's own cleaner (bleach)
     # would escape headings and paragraphs, so the templates use the course's allow-list instead.
     c.HTMLExporter.sanitize_html = True
-    c.HTMLExporter.filters = {"clean_html": "autograder.safe_html.clean_html"}
+    c.HTMLExporter.filters = {"clean_html": "autograder.feedback.safe_html.clean_html"}
     # MathJax from a local copy, for feedback and Formgrader alike: the course's templates (TEMPLATES)
     # lie in the course folder's Jupyter data folder, first on JUPYTER_PATH (install_grading_kernel),
     # where nbconvert looks before its own; Formgrader resets the template settings themselves.

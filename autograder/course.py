@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ast
-import datetime as dt
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -14,20 +12,17 @@ import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 from nbgrader.converters import GenerateAssignment
 
-from . import samples
-from .batch import COMPANIONS, grade_batch, source_fingerprint
+from .cells import SECRET_MARKERS, fill, grade_cells
 from .config import Sandbox, install_mathjax, load_config, sandbox_settings
-from .edition import build_edition
-from .lms import remember_people
-from .nbgrader_run import require_success, run_converter, validate
+from .edition.edition import build_edition
+from .edition.release_guard import ReleaseRecord, ReleaseRefused, back_up, default_backups, install, plan_lab, refusal
+from .intake.lms import remember_people
+from .intake.submissions import find_submissions
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
-from .release_guard import ReleaseRecord, ReleaseRefused, back_up, default_backups, install, plan_lab, refusal
-from .report import StudentResult, read_results, write_reports, write_summary
-from .sandbox import probe
-from .sanitize import demote_duplicate_cells, read_submission, tamper_flags
-from .submissions import find_submissions
-
-SECRET_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+from .report.report import StudentResult, load_notes, read_results, record_notes, write_reports, write_summary
+from .run.batch import grade_batch, source_fingerprint
+from .run.nbgrader_run import require_success, run_converter, validate
+from .sandbox.sandbox import probe
 
 
 def release(labs: list[str] | None = None, *, release_dir: Path = LABS, root: Path | None = None,
@@ -35,8 +30,8 @@ def release(labs: list[str] | None = None, *, release_dir: Path = LABS, root: Pa
     """Regenerate the student release of ``labs`` (default: all) from ``solutions/`` into ``release_dir``.
 
     The labs are generated into a temporary folder first; then, if a file the release would
-    overwrite was edited by someone (see :mod:`autograder.release_guard`), nothing is written and
-    :class:`~autograder.release_guard.ReleaseRefused` names the files, unless ``force``: then they
+    overwrite was edited by someone (see :mod:`autograder.edition.release_guard`), nothing is written and
+    :class:`~autograder.edition.release_guard.ReleaseRefused` names the files, unless ``force``: then they
     are moved under ``backups`` (default ``work/release-backups/<UTC time>/`` beside
     ``release_dir``, said through ``log``) first. Returns the released notebooks. Raises if
     nbgrader fails or if secret text survived.
@@ -133,37 +128,12 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
             with tempfile.TemporaryDirectory() as tmp:
                 graded_blank = Path(tmp) / released.name
                 release_nb = nbformat.read(released, as_version=4)
-                nbformat.write(samples.fill(release_nb, samples.grade_cells(lab)), graded_blank)
+                nbformat.write(fill(release_nb, grade_cells(lab)), graded_blank)
                 outcome = validate(graded_blank, root=root, invert=True)
             passing = len(outcome.get("passed", []))
             detail = f"{passing} graded test cell(s) pass on the blank release" if outcome else "every graded test fails"
             results.append(CheckResult(released, not outcome, detail))
     return results
-
-
-def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
-    """Put one submission where nbgrader expects it, repaired, with its timestamp: the exchange's
-    ``timestamp.txt`` beside ``notebook`` if there is one (and its ``submission_secret.txt``), else
-    the file's modification time (UTC).
-
-    Returns the reasons to flag it (see :func:`~autograder.sanitize.tamper_flags`). Raises
-    :class:`~autograder.sanitize.UnreadableSubmission` if the file is not a notebook.
-    """
-    submitted = read_submission(notebook)
-    demote_duplicate_cells(submitted)
-    flags = tamper_flags(submitted)
-    dest = root / "submitted" / student / lab
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    nbformat.write(submitted, dest / f"{lab}.ipynb")
-    for name in COMPANIONS:
-        if (notebook.parent / name).is_file():
-            shutil.copyfile(notebook.parent / name, dest / name)
-    if not (dest / "timestamp.txt").exists():
-        stamp = dt.datetime.fromtimestamp(notebook.stat().st_mtime, tz=dt.timezone.utc)
-        (dest / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
-    return flags
 
 
 def prepare_gradebook(lab: str, root: Path) -> None:
@@ -185,9 +155,9 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
           log=print) -> list[StudentResult]:
     """Collect, autograde and give feedback on every submission of ``lab``; write the reports.
 
-    ``students`` names a mapping file (LMS name or id -> student id, see :mod:`autograder.lms`).
+    ``students`` names a mapping file (LMS name or id -> student id, see :mod:`autograder.intake.lms`).
 
-    Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.batch`).
+    Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.run.batch`).
     One student's broken submission never stops the batch: it gets 0 with the reason recorded.
     Returns one :class:`StudentResult` per student found.
     """
@@ -222,22 +192,3 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
     install_mathjax(root)  # the feedback pages' MathJax, beside them
     wanted = set(found.notebooks) | set(problems)
     return [r for r in everyone if r.student in wanted]
-
-
-def _notes_file(root: Path) -> Path:
-    return root / "grading_notes.json"
-
-
-def load_notes(root: Path, kind: str, lab: str) -> dict[str, str]:
-    """student -> note of ``kind`` ("problems": why not graded; "flags": why to look again) for ``lab``."""
-    path = _notes_file(root)
-    return json.loads(path.read_text()).get(kind, {}).get(lab, {}) if path.exists() else {}
-
-
-def record_notes(root: Path, kind: str, lab: str, notes: dict[str, str], replaced: set[str]) -> None:
-    """Store ``notes``; the old notes of the ``replaced`` students go (their new ones are in ``notes``)."""
-    path = _notes_file(root)
-    everything = json.loads(path.read_text()) if path.exists() else {}
-    kept = {s: why for s, why in everything.get(kind, {}).get(lab, {}).items() if s not in replaced}
-    everything.setdefault(kind, {})[lab] = {**kept, **notes}
-    path.write_text(json.dumps(everything, indent=1, sort_keys=True))

@@ -30,7 +30,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import nbformat  # noqa: E402
 
 from adversarial_corpus import CASES, Context, write_case  # noqa: E402
-from autograder import course, samples  # noqa: E402
+from autograder import course  # noqa: E402
+from autograder.authoring import samples  # noqa: E402
 from autograder.paths import SOLUTIONS  # noqa: E402
 
 FAST_ATTACKS = ["wrong_kernel", "sys_exit", "enormous_output", "asks_input"]

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from autograder.edition import build_edition  # noqa: E402
+from autograder.edition.edition import build_edition  # noqa: E402
 from autograder.paths import lab_names  # noqa: E402
 from test_kernel_tamper import Kernel  # noqa: E402
 

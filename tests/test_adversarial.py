@@ -22,7 +22,8 @@ import pytest
 
 from adversarial_corpus import (CASES, CELL_TIMEOUT_S, HONEST, LAB, MEMORY_MB, SECRET, WALL_SECONDS, Context,
                                 stopped_tests, write_case)
-from autograder import course, samples
+from autograder import course
+from autograder.cells import fill, solution_cells
 from autograder.paths import LABS, REPO, SOLUTIONS
 from feedback_check import leaked_lines
 
@@ -116,7 +117,7 @@ def graded(tmp_path_factory, loopback_port):
     (home / ".secret").write_text(SECRET)
     (home / ".secret").chmod(0o600)
     stale = tmp / "repository" / ".course"
-    solved = samples.fill(nbformat.read(LABS / LAB / f"{LAB}.ipynb", as_version=4), samples.solution_cells(LAB))
+    solved = fill(nbformat.read(LABS / LAB / f"{LAB}.ipynb", as_version=4), solution_cells(LAB))
     (stale / "submitted" / "victim" / LAB).mkdir(parents=True)
     nbformat.write(solved, stale / "submitted" / "victim" / LAB / f"{LAB}.ipynb")
     ctx = Context(solutions=str(SOLUTIONS), course_root=str(root), loopback_port=loopback_port,

@@ -26,10 +26,12 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import course, samples
-from autograder.batch import graded_in_place
+from autograder import course
+from autograder.authoring import samples
+from autograder.cells import grade_cells, solution_cells
 from autograder.config import install_into_environment
 from autograder.paths import LABS, REPO, SOLUTIONS
+from autograder.run.batch import collect, graded_in_place
 import browser
 from browser import REQUIRE_ENV, JupyterLab, Screens, browser_or_skip, is_local, launch_chromium, refuse_remote
 from feedback_check import leaked_lines
@@ -98,7 +100,7 @@ def site(tmp_path_factory):
         course.prepare_gradebook(GRADED_LAB, course_root)
         samples.build_samples(GRADED_LAB, tmp / "samples", wrong=0)
         for student in STUDENTS:
-            course.collect(GRADED_LAB, student, tmp / "samples" / student / f"{GRADED_LAB}.ipynb", course_root)
+            collect(GRADED_LAB, student, tmp / "samples" / student / f"{GRADED_LAB}.ipynb", course_root)
         server.wait_ready()
         yield Site(server, home, course_root, work / f"{STUDENT_LAB}.ipynb", Screens(tmp / "screens"))
 
@@ -188,7 +190,7 @@ def student(site, chromium):
         with screens.step("student-run", page):
             for index in setup:
                 _run_cell(page, cells.nth(index))
-            _run_cell(page, cells.nth(answer_index), samples.solution_cells(STUDENT_LAB)[answer])
+            _run_cell(page, cells.nth(answer_index), solution_cells(STUDENT_LAB)[answer])
             _run_cell(page, cells.nth(test_index))
             test_output = cells.nth(test_index).locator(".jp-OutputArea").inner_text()
             stderr = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'  # errors too
@@ -213,7 +215,7 @@ def test_student_answer_and_its_visible_test_run_without_error(student):
     assert student.test_output == "visible tests passed"
     cells = {_nbgrader(c).get("grade_id"): c for c in student.saved.cells}
     written = cells[student.answer].source
-    assert written.strip() == samples.solution_cells(STUDENT_LAB)[student.answer].strip(), "typed as given"
+    assert written.strip() == solution_cells(STUDENT_LAB)[student.answer].strip(), "typed as given"
     outputs = cells[student.test].outputs
     assert [o.get("text") for o in outputs] == ["visible tests passed\n"], outputs
 
@@ -224,7 +226,7 @@ def test_validate_names_the_unanswered_exercises_tests_and_not_the_answered_one(
     cells are empty in the release, so they pass)."""
     sources = {c.source.strip(): _nbgrader(c)["grade_id"] for c in student.saved.cells if _nbgrader(c).get("grade")}
     failed = {sources.get(text.strip(), f"unknown cell: {text[:60]!r}") for text in student.failed_sources}
-    visible = {gid for gid, source in samples.grade_cells(STUDENT_LAB).items() if "BEGIN HIDDEN TESTS" not in source}
+    visible = {gid for gid, source in grade_cells(STUDENT_LAB).items() if "BEGIN HIDDEN TESTS" not in source}
     assert student.dialog_title == "Validation Results"
     assert student.test in visible and failed == visible - {student.test}
 
@@ -331,7 +333,7 @@ def test_manual_grading_page_shows_the_autograded_notebook_and_each_tests_score(
     assert instructor.cell_scores == {gid: f"{points:g}" for gid, points in _graded_points(GRADED_LAB).items()}
     passed = [line for text in instructor.printed for line in text.splitlines()
               if line.startswith("visible tests passed")]
-    assert len(passed) == sum("BEGIN HIDDEN TESTS" not in s for s in samples.grade_cells(GRADED_LAB).values())
+    assert len(passed) == sum("BEGIN HIDDEN TESTS" not in s for s in grade_cells(GRADED_LAB).values())
     assert instructor.grading_errors == 0, "a correct solution's graded copy shows no error or stderr"
 
 

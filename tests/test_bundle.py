@@ -19,10 +19,10 @@ import nbformat
 import pytest
 
 from autograder import cli
-from autograder.bundle import audit, bundle
+from autograder.cells import fill, solution_cells
+from autograder.edition.bundle import audit, bundle
+from autograder.edition.references import execute_notebook, read_manifest
 from autograder.paths import LABS, REPO, lab_names
-from autograder.references import execute_notebook, read_manifest
-from autograder.samples import fill, solution_cells
 
 FIRST = lab_names()[0]
 # The first lab (the default kit: every exercise stubbed), one in the middle, the last (every lower lab finished).

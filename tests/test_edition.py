@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cli, edition, references
-from autograder.edition import build_edition, plan_removal, stub_module
+from autograder import cli
+from autograder.edition import edition, references
+from autograder.edition.edition import build_edition, plan_removal, stub_module
+from autograder.edition.references import PackageSource, read_manifest, record_references
 from autograder.paths import REPO, SOLUTIONS, lab_names
-from autograder.references import PackageSource, read_manifest, record_references
 
 LABS = lab_names()
 STUB = re.compile(r'^\s*raise NotImplementedError\(".* is not part of the grading edition of mlsys_lib for \w+: '
@@ -513,7 +514,7 @@ def test_manifest_matches_a_fresh_recording():
 def test_kernels_reuse_the_numba_caches_the_package_carries(tmp_path):
     """A sandboxed kernel's Numba cache folder is private and empty; seeded from the read-only
     package's ``__pycache__``, a compiled function is loaded, not compiled again (Numba's own count)."""
-    from autograder.kernel.start import seed_numba_cache
+    from autograder.sandbox.kernel.start import seed_numba_cache
 
     package = tmp_path / "pkg"
     package.mkdir()

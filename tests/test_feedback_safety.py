@@ -32,11 +32,12 @@ from nbgrader.preprocessors import ClearHiddenTests
 from nbgrader.server_extensions.formgrader import handlers
 from traitlets.config import Config
 
-from autograder import course, samples
+from autograder import course
+from autograder.cells import fill, solution_cells
 from autograder.config import course_config
-from autograder.feedback import REDACTED, SafeFeedback, SanitizeNotebook
+from autograder.feedback.feedback import REDACTED, SafeFeedback, SanitizeNotebook
+from autograder.feedback.safe_html import MARKDOWN_NOTE, clean_html, sanitize_notebook
 from autograder.paths import LABS, lab_names
-from autograder.safe_html import MARKDOWN_NOTE, clean_html, sanitize_notebook
 from browser import browser_or_skip, launch_chromium
 from feedback_check import leaked_lines
 
@@ -682,7 +683,7 @@ LAB = "lab01_tensors"
 def graded_class(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("safety")
     root, folder = tmp / "course", tmp / "submissions"
-    solved = samples.fill(nbformat.read(LABS / LAB / f"{LAB}.ipynb", as_version=4), samples.solution_cells(LAB))
+    solved = fill(nbformat.read(LABS / LAB / f"{LAB}.ipynb", as_version=4), solution_cells(LAB))
     hostile = copy.deepcopy(solved)
     hostile.metadata["widgets"] = WIDGET_STATE
     hostile.cells += [payload_cell(p, executed=False) for p in CORPUS if p.kind != "grade_id"]

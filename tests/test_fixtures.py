@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from autograder import mutate, samples
+from autograder.authoring import mutate, samples
 from autograder.paths import SOLUTIONS, lab_names
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from autograder import samples
-from autograder.batch import chunks
+from autograder.authoring import samples
 from autograder.paths import REPO
-from autograder.report import StudentResult, exercise_summary
+from autograder.report.report import StudentResult, exercise_summary
+from autograder.run.batch import chunks
 
 LAB = "lab01_tensors"
 

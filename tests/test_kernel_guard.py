@@ -6,7 +6,7 @@ from nbclient.exceptions import CellExecutionError
 from nbformat.v4 import new_code_cell, new_notebook
 
 from autograder.config import GRADING_KERNEL
-from autograder.nbgrader_run import grading_environment
+from autograder.run.nbgrader_run import grading_environment
 
 HOG = """\
 import builtins, weakref
@@ -41,7 +41,7 @@ def test_memory_error_frees_the_frames_but_the_cell_still_fails(course_root, tmp
     hog, freed, names = notebook.cells
     assert _errors(hog) == ["MemoryError"]
     assert _errors(freed) == [], freed.outputs
-    for name in ("autograder", "kernel", "memory"):  # the hook (autograder.kernel.memory) binds no name
+    for name in ("autograder", "sandbox", "kernel", "memory"):  # the hook (autograder.sandbox.kernel.memory) binds no name
         assert name not in names.outputs[0]["text"], "the hook must not appear in the student's namespace"
 
 

@@ -1,4 +1,4 @@
-"""The kernel guard (autograder.kernel): honest notebooks raise no flag; tampering is flagged and undone.
+"""The kernel guard (autograder.sandbox.kernel): honest notebooks raise no flag; tampering is flagged and undone.
 
 Each scenario runs in a real IPython kernel started the way the launcher starts it: the guard's
 start-up line, history off, and the write end of a report pipe whose lines the test reads. Every
@@ -27,8 +27,8 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from autograder.kernel import exec_line
 from autograder.paths import REPO
+from autograder.sandbox.kernel import exec_line
 
 PINNED = ["numpy", "numpy.testing", "mlsys_lib.testing", "mlsys_lib.tensor"]
 SECRET = "SECRET-HIDDEN-TEST-7f3a"
@@ -373,7 +373,7 @@ compact_strides = types.FunctionType(T.compact_strides.__code__, T.compact_strid
     Attack("test cell run by a cell", f"get_ipython().run_cell({T_STATE!r})", T_STATE,
            (("compiles a test cell's source itself", 1),), test_fails=False),
     Attack("guard's module patched", """\
-import autograder.kernel.guard as guard, builtins, sys
+import autograder.sandbox.kernel.guard as guard, builtins, sys
 guard._getframe = guard._FRAME_HELPERS = guard._FORMATTERS = None
 guard._Guard._flag = guard._Guard._on_frame_read = None
 real_isinstance, builtins.isinstance = builtins.isinstance, (lambda *args: False)
@@ -491,7 +491,7 @@ def test_the_memory_hook_is_installed_too():
 
 def test_the_start_up_line_is_checked_and_binds_nothing():
     line = exec_line(7, ["a" * 64], ["numpy", "mlsys_lib.testing"])
-    assert line == "__import__('autograder.kernel').kernel.install(7, ['" + "a" * 64 + "'], ['numpy', 'mlsys_lib.testing'])"
+    assert line == "__import__('autograder.sandbox.kernel').sandbox.kernel.install(7, ['" + "a" * 64 + "'], ['numpy', 'mlsys_lib.testing'])"
     for bad in [("7", [], []), (7, ["'); import os; ('"], []), (7, [], ["numpy; import os"]), (-1, [], [])]:
         with pytest.raises(ValueError):
             exec_line(*bad)

@@ -1,7 +1,7 @@
 """LMS downloads (Moodle, Canvas, Blackboard, Gradescope) and nbgrader's own layout: whose notebook is
 which, the mapping file, and the grade files Canvas and Moodle import.
 
-The file names are the LMSes' own (see autograder/lms.py for where each format comes from)."""
+The file names are the LMSes' own (see autograder/intake/lms.py for where each format comes from)."""
 
 import csv
 import datetime as dt
@@ -17,12 +17,12 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder import course
-from autograder.batch import BatchResult
 from autograder.cli import main
-from autograder.export import CANVAS_COLUMNS, MOODLE_COLUMNS, export_grades
-from autograder.lms import Person, StudentMap, remember_people
+from autograder.intake.lms import Person, StudentMap, remember_people
+from autograder.intake.submissions import find_submissions
 from autograder.paths import REPO
-from autograder.submissions import find_submissions
+from autograder.report.export import CANVAS_COLUMNS, MOODLE_COLUMNS, export_grades
+from autograder.run.batch import BatchResult
 
 LAB = "lab01_tensors"
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")  # nbgrader's autoflush noise

@@ -10,8 +10,9 @@ import time
 import nbformat
 import pytest
 
-from autograder import cli, mutate, paths
-from autograder.mutate import (EQUIVALENT, KILLED, SURVIVED, TIMED_OUT, Cell, failing_tests, format_report,
+from autograder import cli, paths
+from autograder.authoring import mutate
+from autograder.authoring.mutate import (EQUIVALENT, KILLED, SURVIVED, TIMED_OUT, Cell, failing_tests, format_report,
                                generate_mutants, last_affected_test, mutate_notebook, run_forked, select_mutants)
 
 CLAMP = '''def clamp(x, lo, hi):
@@ -451,7 +452,7 @@ def test_operators_option_picks_a_family():
 
 
 def test_cells_run_with_their_lines_in_linecache_so_frozen_names_the_argument():
-    from autograder.mutate import _execute
+    from autograder.authoring.mutate import _execute
     namespace = {}
     assert _execute("import numpy as np\nfrom mlsys_lib.testing import frozen", Cell("", "code", None, 0), namespace) is None
     answer = Cell("def step(w, g):\n    w -= g\n    return w", "answer", "step", 1)

@@ -25,10 +25,10 @@ import pytest
 from nbgrader.api import Gradebook
 from nbgrader.utils import parse_utc
 
-from autograder import samples
-from autograder.batch import graded_in_place
+from autograder.cells import fill, solution_cells
 from autograder.config import CONFIG_FILE, GRADING_KERNEL, install_into_environment
 from autograder.paths import REPO
+from autograder.run.batch import graded_in_place
 
 LAB = "lab04_memory"
 BIN = Path(sys.executable).parent
@@ -60,7 +60,7 @@ def test_make_installs_the_settings_and_the_kernel_into_the_environment(tmp_path
     assert str(CONFIG_FILE) in settings.read_text()
     spec = json.loads(kernel.read_text())
     assert kernel.parent.name == GRADING_KERNEL and spec["argv"][:3] == [sys.executable, "-m", "autograder.sandbox"]
-    done = subprocess.run([sys.executable, "-c", "import autograder.sandbox"], cwd=tmp_path, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", "import autograder.sandbox.sandbox"], cwd=tmp_path, capture_output=True,
                           env={**_clean_env(), **spec["env"]})
     assert done.returncode == 0, done.stderr.decode()
 
@@ -116,7 +116,7 @@ class Class:
 def work_on(notebook: Path, peek: str) -> None:
     """The student's work: the solution's answers in the fetched notebook, and a line that shows what
     the grading kernel can see of the grader's machine."""
-    fetched = samples.fill(nbformat.read(notebook, as_version=4), samples.solution_cells(LAB))
+    fetched = fill(nbformat.read(notebook, as_version=4), solution_cells(LAB))
     first = next(c for c in fetched.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
     first.source += f"\nimport os\nprint('PEEK', os.path.exists({peek!r}), os.path.exists({str(REPO / 'solutions')!r}))\n"
     nbformat.write(fetched, notebook)

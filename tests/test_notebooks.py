@@ -5,10 +5,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from autograder.authoring.lectures import render_lectures
 from autograder.config import GRADING_KERNEL
-from autograder.lectures import render_lectures
-from autograder.nbgrader_run import grading_environment
 from autograder.paths import LECTURES, SOLUTIONS, lab_names
+from autograder.run.nbgrader_run import grading_environment
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course, samples
+from autograder import course
+from autograder.authoring import samples
+from autograder.cells import SECRET_MARKERS, fill, solution_cells
+from autograder.edition.release_guard import committed_version, in_git
 from autograder.paths import LABS, lab_names
-from autograder.release_guard import committed_version, in_git
 from feedback_check import hidden_lines, leaked_lines
 
 pytestmark = pytest.mark.slow
@@ -86,7 +88,7 @@ def test_regrading_is_idempotent_and_leaves_no_stray_files(graded, tmp_path, mon
     submissions, elsewhere = tmp_path / "submissions", tmp_path / "cwd"
     (submissions / "solution").mkdir(parents=True)
     elsewhere.mkdir()
-    solved = samples.fill(nbformat.read(LABS / lab / f"{lab}.ipynb", as_version=4), samples.solution_cells(lab))
+    solved = fill(nbformat.read(LABS / lab / f"{lab}.ipynb", as_version=4), solution_cells(lab))
     nbformat.write(solved, submissions / "solution" / f"{lab}.ipynb")
     monkeypatch.chdir(elsewhere)
     again = course.grade(lab, submissions, root=root, log=lambda message: None)
@@ -120,7 +122,7 @@ def test_release_command_writes_the_committed_release_without_secrets(tmp_path):
     assert_committed(tmp_path / "release" / GRADED_ELSEWHERE, GRADED_ELSEWHERE)
     for path in LABS.rglob("*.ipynb"):
         text = path.read_text()
-        for marker in course.SECRET_MARKERS:
+        for marker in SECRET_MARKERS:
             assert marker not in text, f"{path} contains {marker}"
 
 

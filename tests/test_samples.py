@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from autograder import samples
+from autograder.authoring import samples
 from autograder.paths import LABS, lab_names
 
 

@@ -18,9 +18,9 @@ import pytest
 from jupyter_client import KernelManager
 
 from autograder.config import GRADING_KERNEL, load_config, sandbox_settings
-from autograder.nbgrader_run import grading_environment
 from autograder.paths import REPO, SOLUTIONS
-from autograder.sandbox import Report, python_paths, report_path, supervise, watch
+from autograder.run.nbgrader_run import grading_environment
+from autograder.sandbox.sandbox import Report, python_paths, report_path, supervise, watch
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -118,7 +118,9 @@ def test_only_the_package_of_the_repository_is_visible(sandbox):
     if kernel.value(f"__import__('os').path.exists({str(home)!r})"):
         shown = kernel.value(f"__import__('os').listdir({str(home)!r})")
         assert all(any((home / name) in p.parents or home / name == p for p in python_paths()) for name in shown), shown
-    assert sorted(kernel.value(f"__import__('os').listdir({str(REPO / 'autograder')!r})")) == ["__init__.py", "kernel"]
+    assert sorted(kernel.value(f"__import__('os').listdir({str(REPO / 'autograder')!r})")) == ["__init__.py", "sandbox"]
+    assert sorted(kernel.value(f"__import__('os').listdir({str(REPO / 'autograder' / 'sandbox')!r})")) == [
+        "__init__.py", "kernel"]
     visible = set(kernel.value(f"__import__('os').listdir({str(REPO)!r})"))
     assert visible <= {"mlsys_lib", "autograder", ".venv"}, visible
 
@@ -134,7 +136,7 @@ def test_private_files_stay_private_even_where_visible(sandbox):
     assert SECRET not in found
 
 
-@pytest.mark.parametrize("path", ["mlsys_lib/__init__.py", "autograder/kernel/start.py"])
+@pytest.mark.parametrize("path", ["mlsys_lib/__init__.py", "autograder/sandbox/kernel/start.py"])
 def test_code_is_read_only(sandbox, path):
     with pytest.raises(AssertionError, match="OSError|PermissionError"):
         sandbox["kernel"].run(f"open({str(REPO / path)!r}, 'a').write('#')")

@@ -29,9 +29,10 @@ from nbconvert.exporters import HTMLExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from nbgrader.server_extensions.formgrader import handlers
 
-from autograder import config, course, paths, samples
+from autograder import config, course, paths
+from autograder.authoring import samples
 from autograder.config import install_grading_kernel, load_config
-from autograder.release_guard import ReleaseRefused
+from autograder.edition.release_guard import ReleaseRefused
 from mlsys_lib import workspace
 
 LAB = "lab99_tiny"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.safe_fs import UnsafePath, check_tree, read_beneath
-from autograder.submissions import find_submissions
+from autograder.intake.safe_fs import UnsafePath, check_tree, read_beneath
+from autograder.intake.submissions import find_submissions
 
 LAB = "lab01_tensors"
 

@@ -1,9 +1,9 @@
-"""The static tamper check of a submission (autograder.sanitize.tamper_flags) knows every test helper."""
+"""The static tamper check of a submission (autograder.intake.sanitize.tamper_flags) knows every test helper."""
 
 import nbformat
 
 import mlsys_lib.testing
-from autograder.sanitize import TEST_HELPERS, tamper_flags
+from autograder.intake.sanitize import TEST_HELPERS, tamper_flags
 
 
 def test_every_testing_helper_is_protected():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mlsys_lib.workspace import work_dir
 
-from .paths import REPO
+from ..paths import REPO
 
 
 class ReleaseRefused(RuntimeError):

@@ -1,13 +1,16 @@
 """The grading kernel's launcher: a supervisor outside the sandbox, the kernel inside it.
 
-The grading kernelspec runs ``python -m autograder.sandbox {connection_file}``. Without sandbox
-settings (plain nbgrader, ``mlsys course check``) this simply becomes the kernel. While the course
-tool grades (settings in ``$MLSYS_SANDBOX``, see :func:`autograder.config.sandbox_settings`) it stays
-outside as a **supervisor** and starts the kernel inside bubblewrap, which shows the kernel only:
+The grading kernelspec runs ``python -m autograder.sandbox {connection_file}`` (the package's
+``__main__`` calls :func:`main`). Without sandbox settings (plain nbgrader, ``mlsys course check``)
+this simply becomes the kernel. While the course tool grades (settings in ``$MLSYS_SANDBOX``, see
+:func:`autograder.config.sandbox_settings`) it stays outside as a **supervisor** and starts the
+kernel inside bubblewrap, which shows the kernel only:
 
 * the system read-only (``/usr`` and the few files of ``/etc`` programs need; a generated
   ``/etc/passwd``), the Python installation and virtual environment read-only, and of the repository
-  only ``mlsys_lib`` (the lab's *grading edition*, its references removed) and ``autograder/kernel``;
+  only ``mlsys_lib`` (the lab's *grading edition*, its references removed) and
+  ``autograder/sandbox/kernel`` (with the ``__init__.py`` files of its two parent packages, which
+  import nothing);
 * a private ``/tmp`` (the kernel's working folder, its home) and ``/dev/shm``: size-limited tmpfs
   mounts that vanish with the kernel, so nothing a notebook writes reaches the grader's disk;
 * the folder of its Unix sockets (it talks to nbgrader over them; it has no network) and a copy of
@@ -16,13 +19,13 @@ outside as a **supervisor** and starts the kernel inside bubblewrap, which shows
 
 No instructor home, course folder, submissions, solutions, git history or other file of the
 machine is visible; nothing tells the kernel what is hidden. When the grader runs as root, the
-kernel drops to an unprivileged user id of its own (:mod:`autograder.kernel.start`), so files only
-root may read stay unreadable even where they are visible. CPU seconds, address space, file size,
-processes and (via the supervisor) wall-clock time are limited.
+kernel drops to an unprivileged user id of its own (:mod:`autograder.sandbox.kernel.start`), so
+files only root may read stay unreadable even where they are visible. CPU seconds, address space,
+file size, processes and (via the supervisor) wall-clock time are limited.
 
-The supervisor copies what the kernel guard (:mod:`autograder.kernel`) writes to its report pipe
-into ``<connection file>.report.jsonl`` (a folder the kernel cannot see), bounded, and adds what it
-observed itself: the pipe closed early, the wall-clock limit reached.
+The supervisor copies what the kernel guard (:mod:`autograder.sandbox.kernel`) writes to its report
+pipe into ``<connection file>.report.jsonl`` (a folder the kernel cannot see), bounded, and adds what
+it observed itself: the pipe closed early, the wall-clock limit reached.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import REPO
-from .safe_fs import read_regular
+from ..intake.safe_fs import read_regular
+from ..paths import REPO
 
 SETTINGS_ENV = "MLSYS_SANDBOX"
 #: Where the kernel finds its connection file inside the sandbox.
@@ -100,15 +103,17 @@ def python_paths() -> list[Path]:
 
 
 def code_binds(edition: str | None) -> list[str]:
-    """bwrap arguments showing ``mlsys_lib`` (the grading edition if given) and ``autograder/kernel``
-    at their repository paths, and nothing else of the repository."""
+    """bwrap arguments showing ``mlsys_lib`` (the grading edition if given) and
+    ``autograder/sandbox/kernel`` (with ``autograder/__init__.py`` and ``autograder/sandbox/__init__.py``,
+    which import nothing) at their repository paths, and nothing else of the repository."""
     library = Path(edition) if edition else REPO / "mlsys_lib"
     if not (library / "__init__.py").is_file():
         raise ValueError(f"{library}: not an mlsys_lib package")
-    kernel = REPO / "autograder" / "kernel"
-    args = ["--ro-bind", str(library), str(REPO / "mlsys_lib"),
-            "--ro-bind", str(REPO / "autograder" / "__init__.py"), str(REPO / "autograder" / "__init__.py"),
-            "--ro-bind", str(kernel), str(kernel)]
+    kernel = REPO / "autograder" / "sandbox" / "kernel"
+    args = ["--ro-bind", str(library), str(REPO / "mlsys_lib")]
+    for package in (REPO / "autograder" / "__init__.py", REPO / "autograder" / "sandbox" / "__init__.py"):
+        args += ["--ro-bind", str(package), str(package)]
+    args += ["--ro-bind", str(kernel), str(kernel)]
     for path in python_paths():
         args += ["--ro-bind", str(path), str(path)]
     return args
@@ -243,7 +248,8 @@ class Report:
 
 def prepare(settings: dict, connection: int, sockets: Path, report_fd: int, kernel_args: list[str],
             *, probe: bool = False) -> tuple[list[str], list[int]]:
-    """The command that starts :mod:`autograder.kernel.start` in the sandbox, and the descriptors it needs.
+    """The command that starts :mod:`autograder.sandbox.kernel.start` in the sandbox, and the descriptors
+    it needs.
 
     ``connection`` is an open descriptor of the kernel's connection file, ``report_fd`` the write end
     of the report pipe; ``probe`` starts a short import check instead of the kernel.
@@ -261,11 +267,11 @@ def prepare(settings: dict, connection: int, sockets: Path, report_fd: int, kern
            "passwd": _data_fd(f"root:x:0:0::/root:/usr/sbin/nologin\nstudent:x:{uid}:{uid}::/tmp:/usr/sbin/nologin\n"),
            "group": _data_fd(f"root:x:0:\nstudent:x:{uid}:\n")}
     if settings["bubblewrap"] and shutil.which("bwrap"):
-        start = [sys.executable, "-m", "autograder.kernel.start", json.dumps(inner)]
+        start = [sys.executable, "-m", "autograder.sandbox.kernel.start", json.dumps(inner)]
         return bwrap_command(start, settings, sockets, fds, privileged), [report_fd, *fds.values()]
     # resource limits only: the kernel can read and write what the grader can, as the grader
     inner.update(connection=f"/proc/self/fd/{connection}", uid=None, workdir=None)
-    return [sys.executable, "-m", "autograder.kernel.start", json.dumps(inner)], [report_fd, connection]
+    return [sys.executable, "-m", "autograder.sandbox.kernel.start", json.dumps(inner)], [report_fd, connection]
 
 
 def supervise(settings: dict, connection_file: Path, kernel_args: list[str]) -> int:
@@ -276,7 +282,7 @@ def supervise(settings: dict, connection_file: Path, kernel_args: list[str]) -> 
                          f"not {connection.get('transport')!r} (set c.KernelManager.transport = 'ipc')")
     if not os.path.isabs(connection.get("ip", "")):  # bwrap would bind (and create folders) relative to here
         raise ValueError(f"{connection_file}: a sandboxed kernel needs an absolute socket path as its ip, "
-                         f"not {connection.get('ip')!r} (see autograder.nbgrader_run.grading_environment)")
+                         f"not {connection.get('ip')!r} (see autograder.run.nbgrader_run.grading_environment)")
     read_end, write_end = os.pipe()
     connection_fd = os.open(connection_file, os.O_RDONLY | os.O_NOFOLLOW)
     command, fds = prepare(settings, connection_fd, Path(connection["ip"]).parent, write_end, kernel_args)

@@ -2,7 +2,7 @@
 
 The kit for lab L is for students working on L: the labs before it are finished infrastructure
 (lower layers stay), the exercises of L and of every later lab are theirs to write. So the kit's
-library is built with the grading edition's machinery (:mod:`autograder.edition`) from the union
+library is built with the grading edition's machinery (:mod:`autograder.edition.edition`) from the union
 of the manifests (``solutions/<lab>/references.txt``) of L and every later lab: each reference
 guarded there gets a stub that raises ``NotImplementedError`` naming the lab whose exercise it is,
 together with the private helpers only those used.
@@ -26,10 +26,10 @@ from typing import Iterable
 
 import nbformat
 
+from ..cells import fill, solution_cells
+from ..paths import LABS, check_lab, lab_names
 from .edition import Removal, notebook_names, plan_removal, write_stubbed_package
-from .paths import LABS, check_lab, lab_names
 from .references import PACKAGE, PackageSource, execute_notebook, read_manifest
-from .samples import fill, solution_cells
 
 KIT_STUB_MESSAGE = ("{name} belongs to an exercise of {lab}, so this student kit of mlsys_lib leaves it out: "
                     "write it yourself in labs/{lab}/{lab}.ipynb")
@@ -96,7 +96,7 @@ def _source_only(folder: str, names: list[str]) -> set[str]:
 
 # ---- which references the released notebook calls ---------------------------------------------------
 
-_PROBE = '''"""Written by autograder/kit.py while it records which references a notebook calls: every Python
+_PROBE = '''"""Written by autograder/edition/kit.py while it records which references a notebook calls: every Python
 process started with this folder on its path (the kernel, and the ranks it starts) logs the first
 call of each target, found by its code's file and first line."""
 import json as _json
@@ -128,7 +128,7 @@ del _install
 
 # Run first in the kernel: demo cells run as for a student, and a kernel the probe missed stops here.
 _PRELUDE = ('import os, sys\nos.environ.pop("NBGRADER_EXECUTION", None)\n'
-            'assert sys.gettrace() is not None, "the call probe of autograder/kit.py is not installed"')
+            'assert sys.gettrace() is not None, "the call probe of autograder/edition/kit.py is not installed"')
 
 
 def record_calls(lab: str, keys: Iterable[str], source: PackageSource | None = None) -> set[str]:

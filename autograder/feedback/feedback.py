@@ -4,7 +4,7 @@ Student code runs in the grading kernel, so every output is attacker-controlled.
 preprocessors apply the course's policy:
 
 - :class:`SanitizeNotebook` (an Autograde step, right after execution) makes the autograded copy
-  that Formgrader renders safe with :func:`~autograder.safe_html.sanitize_notebook`;
+  that Formgrader renders safe with :func:`~autograder.feedback.safe_html.sanitize_notebook`;
 - :class:`SafeFeedback` (a GenerateFeedback step, before nbgrader's ``ClearHiddenTests``) reduces
   each hidden-test cell to a verdict and redacts hidden-test lines from every other output.
 """
@@ -62,7 +62,7 @@ class SafeFeedback(Preprocessor):
     exception's name and, only for an assertion raised by the test's own code, its message
     (truncated, redacted). Every other cell keeps its outputs, with each line of any hidden-test
     region of the notebook replaced by :data:`REDACTED` and each output truncated. The notebook is
-    sanitized first (:func:`~autograder.safe_html.sanitize_notebook`), in case the autograded copy
+    sanitized first (:func:`~autograder.feedback.safe_html.sanitize_notebook`), in case the autograded copy
     was written without :class:`SanitizeNotebook`, so redaction sees what will be rendered.
     Scores are not touched: nbgrader's ``GetGrades`` reads them from the gradebook.
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,3 +137,22 @@ def write_summary(root: Path, lab: str, results: list[StudentResult]) -> Path:
     summary = root / f"summary_{lab}.md"
     summary.write_text("\n".join(lines) + "\n")
     return summary
+
+
+def _notes_file(root: Path) -> Path:
+    return root / "grading_notes.json"
+
+
+def load_notes(root: Path, kind: str, lab: str) -> dict[str, str]:
+    """student -> note of ``kind`` ("problems": why not graded; "flags": why to look again) for ``lab``."""
+    path = _notes_file(root)
+    return json.loads(path.read_text()).get(kind, {}).get(lab, {}) if path.exists() else {}
+
+
+def record_notes(root: Path, kind: str, lab: str, notes: dict[str, str], replaced: set[str]) -> None:
+    """Store ``notes``; the old notes of the ``replaced`` students go (their new ones are in ``notes``)."""
+    path = _notes_file(root)
+    everything = json.loads(path.read_text()) if path.exists() else {}
+    kept = {s: why for s, why in everything.get(kind, {}).get(lab, {}).items() if s not in replaced}
+    everything.setdefault(kind, {})[lab] = {**kept, **notes}
+    path.write_text(json.dumps(everything, indent=1, sort_keys=True))

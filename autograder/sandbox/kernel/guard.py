@@ -232,7 +232,7 @@ def _library_folders() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     folders = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], sys.prefix,
                sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
-               os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+               os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}  # autograder/
     spec = importlib.util.find_spec("mlsys_lib")
     if spec is not None and spec.submodule_search_locations:
         folders.update(spec.submodule_search_locations)

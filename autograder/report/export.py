@@ -20,10 +20,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import load_notes
-from .lms import load_people
-from .paths import check_lab, course_dir
-from .report import read_results
+from ..intake.lms import load_people
+from ..paths import check_lab, course_dir
+from .report import load_notes, read_results
 
 LMSES = ("canvas", "moodle")
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]

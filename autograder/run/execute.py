@@ -16,10 +16,10 @@ nbgrader's own it
 * when a cell does not stop at the grader's interrupt (it ignores ``KeyboardInterrupt``), fails it
   and does not run the cells after it, rather than failing the whole notebook;
 * when a cell kills the kernel, writes that cell's index to ``$MLSYS_KILLER_CELL`` so the grader can
-  skip the cell and grade again (see :func:`autograder.batch.grade_one`);
+  skip the cell and grade again (see :func:`autograder.run.batch.grade_one`);
 * after the notebook, reads what the kernel guard and the sandbox supervisor reported (see
-  :mod:`autograder.kernel` and :mod:`autograder.sandbox`) and writes the reasons to look at the
-  submission again to ``$MLSYS_GRADING_NOTES/<student>.json`` (and to nbgrader's log).
+  :mod:`autograder.sandbox.kernel` and :mod:`autograder.sandbox.sandbox`) and writes the reasons to
+  look at the submission again to ``$MLSYS_GRADING_NOTES/<student>.json`` (and to nbgrader's log).
 
 The course tool passes the sandbox settings in ``$MLSYS_SANDBOX``. When nbgrader runs on its own
 (``nbgrader autograde``, Formgrader's *Autograde* button) nobody does, so this step makes them for
@@ -41,10 +41,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 
-from .config import cell_digest, sandbox_settings
-from .edition import build_edition
-from .paths import course_dir
-from .sandbox import SETTINGS_ENV, console_path, report_path
+from ..config import cell_digest, sandbox_settings
+from ..edition.edition import build_edition
+from ..paths import course_dir
+from ..sandbox.sandbox import SETTINGS_ENV, console_path, report_path
 
 KILLER_ENV = "MLSYS_KILLER_CELL"
 NOTES_ENV = "MLSYS_GRADING_NOTES"

@@ -31,7 +31,8 @@ def exec_line(report_fd: int, test_cells: list[str], pinned: list[str]) -> str:
     bad += [name for name in pinned if not isinstance(name, str) or not _MODULE.fullmatch(name)]
     if bad:
         raise ValueError(f"not a sha256 hex digest or module name: {bad[0]!r}")
-    return f"__import__('autograder.kernel').kernel.install({report_fd}, {list(test_cells)!r}, {list(pinned)!r})"
+    return (f"__import__('autograder.sandbox.kernel').sandbox.kernel.install("
+            f"{report_fd}, {list(test_cells)!r}, {list(pinned)!r})")
 
 
 def install(report_fd: int, test_cells: list[str], pinned: list[str]) -> None:

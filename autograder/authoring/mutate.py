@@ -48,9 +48,9 @@ from typing import Callable, Iterator
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 
-from .edition import build_edition
+from ..edition.edition import build_edition
+from ..paths import SOLUTIONS, check_lab
 from .mutation_operators import FAMILIES
-from .paths import SOLUTIONS, check_lab
 
 EQUIVALENTS_FILE = "equivalent_mutants.txt"
 #: Set while a notebook runs: no plot windows, one BLAS thread per process (children are forked),

@@ -8,14 +8,14 @@ Accepted layouts, for a lab ``lab01_tensors``, as a folder or a zip (even one wr
   holding the notebook, ``timestamp.txt`` and ``submission_secret.txt``, which are reported in
   :attr:`Found.companions`; other labs' folders beside it are left alone;
 * the bulk downloads of Moodle, Canvas, Blackboard and Gradescope, and flat files named
-  ``<student>_lab01_tensors.ipynb`` (:mod:`autograder.lms` reads the names).
+  ``<student>_lab01_tensors.ipynb`` (:mod:`autograder.intake.lms` reads the names).
 
 A name that fits none of them, and several submitters claiming one student id, are reported in
-``Found.problems`` and never guessed at; a mapping file (:class:`~autograder.lms.StudentMap`)
+``Found.problems`` and never guessed at; a mapping file (:class:`~autograder.intake.lms.StudentMap`)
 settles them.
 
 Nothing a student could have placed is followed: a student folder or notebook that is a symbolic
-link, a FIFO or a device is reported with the reason, never read (see :mod:`autograder.safe_fs`). A
+link, a FIFO or a device is reported with the reason, never read (see :mod:`autograder.intake.safe_fs`). A
 zip is extracted only for its notebooks and small text files, each at most its size limit, so a
 zip bomb costs nothing.
 """
@@ -28,9 +28,9 @@ import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
+from ..paths import lab_names
 from .lms import (FORMATS, GRADESCOPE_FOLDER, STUDENT_ID, Parsed, Person, StudentMap, gradescope_submitters,
                   identify, is_blackboard_receipt, moodle)
-from .paths import lab_names
 from .safe_fs import UnsafePath, read_beneath
 
 #: nbgrader's files beside a collected notebook, in ``<student>/<lab>/``.
@@ -316,7 +316,7 @@ def find_submissions(source: Path, lab: str, unpack_dir: Path, *, limit: int = 3
     """Locate every student's notebook for ``lab`` in ``source`` (a folder or a ``.zip``).
 
     A zip's notebooks are extracted into ``unpack_dir``. ``students`` names a mapping file (see
-    :class:`~autograder.lms.StudentMap`) whose ids win over those read off the names. Notebooks
+    :class:`~autograder.intake.lms.StudentMap`) whose ids win over those read off the names. Notebooks
     over ``limit`` bytes, links, special files, unreadable names and colliding ids are reported in
     ``Found.problems``. Raises ``ValueError`` if ``source`` is neither a folder nor a zip, or the
     mapping file is malformed.

@@ -7,7 +7,7 @@ notebook runs with a ``reference_guard`` that notes every function it is asked t
 guards it as usual. Each recorded function is resolved to where it is **defined** (its code
 object's file and first line), not where it is re-exported, and written as ``module:qualname``
 (a property as its getter's qualname, ``NDArray.T``). ``mlsys course references [LAB...]``
-regenerates the manifests; :mod:`autograder.edition` reads them.
+regenerates the manifests; :mod:`autograder.edition.edition` reads them.
 
 This module also indexes the package's source (:class:`PackageSource`): every ``def`` with its
 module, qualname and lines, which both the recording and the edition build use.
@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import nbformat
 
-from .paths import REPO, SOLUTIONS, check_lab, lab_names
+from ..paths import REPO, SOLUTIONS, check_lab, lab_names
 
 #: The package the references live in, and the folder it lies in.
 PACKAGE_NAME = "mlsys_lib"

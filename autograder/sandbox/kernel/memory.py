@@ -7,8 +7,8 @@ frames keep every local. The next cells then cannot allocate either and the kern
 grader's cell timeout (minutes per student). After such a cell this hook drops the tracebacks and
 collects, so the failing cell scores what it scores and the rest of the notebook is graded normally.
 
-The kernel's start-up line (:func:`autograder.kernel.exec_line`, or :data:`EXEC_LINE` alone for an
-ungraded kernel) installs it; it leaves no name in the student's namespace.
+The kernel's start-up line (:func:`autograder.sandbox.kernel.exec_line`, or :data:`EXEC_LINE` alone
+for an ungraded kernel) installs it; it leaves no name in the student's namespace.
 """
 
 from __future__ import annotations
@@ -48,4 +48,4 @@ def install() -> None:
 
 
 #: The kernel's ``exec_lines`` entry that installs only this hook, without binding a name.
-EXEC_LINE = "__import__('autograder.kernel.memory').kernel.memory.install()"
+EXEC_LINE = "__import__('autograder.sandbox.kernel.memory').sandbox.kernel.memory.install()"

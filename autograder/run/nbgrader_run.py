@@ -14,8 +14,8 @@ from typing import Iterator
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.utils import capture_log
 
-from .config import first_on, install_grading_kernel, load_config
-from .sandbox import SETTINGS_ENV
+from ..config import first_on, install_grading_kernel, load_config
+from ..sandbox.sandbox import SETTINGS_ENV
 
 
 class NbgraderError(RuntimeError):

@@ -1,7 +1,7 @@
 """Inside the sandbox, before the kernel: limits, an unprivileged user, then the IPython kernel.
 
-``python -m autograder.kernel.start SETTINGS_JSON`` is what :mod:`autograder.sandbox` runs inside
-bubblewrap. It
+``python -m autograder.sandbox.kernel.start SETTINGS_JSON`` is what :mod:`autograder.sandbox.sandbox`
+runs inside bubblewrap. It
 
 1. sets hard resource limits the student's code cannot raise (CPU seconds, address space, file
    size, processes, no core files);
@@ -13,7 +13,7 @@ bubblewrap. It
    in its ``__pycache__`` folders, into the kernel's private Numba cache folder (``NUMBA_CACHE_DIR``),
    so that every kernel does not compile them again (seconds per notebook); the sandboxes share none;
 5. replaces itself by the IPython kernel, whose start-up line installs the kernel guard
-   (:func:`autograder.kernel.exec_line`) before any cell of the notebook runs.
+   (:func:`autograder.sandbox.kernel.exec_line`) before any cell of the notebook runs.
 """
 
 from __future__ import annotations
@@ -84,10 +84,11 @@ def main(argv: list[str]) -> None:
     spec = importlib.util.find_spec("mlsys_lib")
     if os.environ.get("NUMBA_CACHE_DIR") and spec and spec.submodule_search_locations:
         seed_numba_cache(Path(spec.submodule_search_locations[0]), os.environ["NUMBA_CACHE_DIR"])
-    if settings.get("probe"):  # see autograder.sandbox.probe
-        command = [sys.executable, "-c", "import ipykernel, numpy, mlsys_lib, autograder.kernel; print('sandbox ok')"]
+    if settings.get("probe"):  # see autograder.sandbox.sandbox.probe
+        command = [sys.executable, "-c",
+                   "import ipykernel, numpy, mlsys_lib, autograder.sandbox.kernel; print('sandbox ok')"]
         os.execv(command[0], command)
-    from autograder.kernel import exec_line
+    from autograder.sandbox.kernel import exec_line
 
     line = exec_line(settings["report_fd"], settings["test_cells"], settings["pinned"])
     command = [sys.executable, "-m", "ipykernel_launcher", "-f", settings["connection"],

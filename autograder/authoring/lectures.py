@@ -15,9 +15,9 @@ from nbclient import NotebookClient
 
 from mlsys_lib.viz.claims import parse_claims
 
-from .config import GRADING_KERNEL
-from .nbgrader_run import grading_environment
-from .paths import LECTURES, course_dir
+from ..config import GRADING_KERNEL
+from ..paths import LECTURES, course_dir
+from ..run.nbgrader_run import grading_environment
 
 #: Seconds one lecture cell may take (the matmul sweeps time naive kernels).
 LECTURE_CELL_TIMEOUT_S = 600

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-#: A progress message of :func:`autograder.batch.grade_batch`: ``|###---| [3/11] student: graded``.
+#: A progress message of :func:`autograder.run.batch.grade_batch`: ``|###---| [3/11] student: graded``.
 PROGRESS_MESSAGE = re.compile(r"\|[#-]+\| \[\d+/\d+\] ")
 
 

@@ -1,11 +1,11 @@
 """Grade a class at once: chunks of submissions in worker processes, each kernel in its own sandbox.
 
 The main process reads each submission once, safely (no link followed, regular files only, bounded:
-:mod:`autograder.safe_fs`), into a private copy under ``<course>/work/incoming/``; nothing after that
+:mod:`autograder.intake.safe_fs`), into a private copy under ``<course>/work/incoming/``; nothing after that
 touches the instructor's download. A worker takes a chunk of students, copies the course gradebook
 (which holds the lab's source cells and points) into a private root under ``<course>/work/``,
 collects the chunk and runs nbgrader's autograde (each notebook in its own sandboxed kernel, which
-sees none of the grader's files: :mod:`autograder.sandbox`) and feedback once for the whole chunk:
+sees none of the grader's files: :mod:`autograder.sandbox.sandbox`) and feedback once for the whole chunk:
 nbgrader's start-up is paid per chunk, not per student. A student nbgrader could not grade in the
 chunk (a cell that killed the kernel, say) is graded again alone, skipping the cells that killed the
 kernel. The main process, the only writer of the course gradebook, checks each result's folders
@@ -22,6 +22,7 @@ and ``submission_secret.txt`` (``nbgrader release_feedback`` needs it): :data:`C
 from __future__ import annotations
 
 import concurrent.futures as futures
+import datetime as dt
 import hashlib
 import json
 import math
@@ -38,13 +39,13 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.utils import parse_utc
 
+from ..intake.safe_fs import UnsafePath, check_tree, read_beneath
+from ..intake.sanitize import UnreadableSubmission, demote_duplicate_cells, read_submission, tamper_flags
+from ..paths import SOLUTIONS
+from ..sandbox.sandbox import remove_empty_cgroups
 from .execute import KILLER_ENV, NOTES_ENV, read_notes
 from .merge import merge_submission
 from .nbgrader_run import run_converter
-from .paths import SOLUTIONS
-from .safe_fs import UnsafePath, check_tree, read_beneath
-from .sandbox import remove_empty_cgroups
-from .sanitize import UnreadableSubmission
 
 STEPS = ("submitted", "autograded", "feedback")
 
@@ -100,11 +101,34 @@ def skip_killer_cell(submitted: Path, index: int) -> str | None:
     return f"cell {index} stopped the kernel and was skipped ({first})"
 
 
+def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
+    """Put one submission where nbgrader expects it, repaired, with its timestamp: the exchange's
+    ``timestamp.txt`` beside ``notebook`` if there is one (and its ``submission_secret.txt``), else
+    the file's modification time (UTC).
+
+    Returns the reasons to flag it (see :func:`~autograder.intake.sanitize.tamper_flags`). Raises
+    :class:`~autograder.intake.sanitize.UnreadableSubmission` if the file is not a notebook.
+    """
+    submitted = read_submission(notebook)
+    demote_duplicate_cells(submitted)
+    flags = tamper_flags(submitted)
+    dest = root / "submitted" / student / lab
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    nbformat.write(submitted, dest / f"{lab}.ipynb")
+    for name in COMPANIONS:
+        if (notebook.parent / name).is_file():
+            shutil.copyfile(notebook.parent / name, dest / name)
+    if not (dest / "timestamp.txt").exists():
+        stamp = dt.datetime.fromtimestamp(notebook.stat().st_mtime, tz=dt.timezone.utc)
+        (dest / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
+    return flags
+
+
 def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: Path, sandbox: dict) -> Outcome:
     """Worker: autograde and give feedback on one submission in the private course root ``work``
     (a folder under ``course_root``, whose gradebook it copies), its kernel in the ``sandbox``."""
-    from .course import collect  # the worker process imports what it needs
-
     private_root(course_root, work)
     try:
         flags = collect(lab, student, notebook, work)
@@ -150,8 +174,6 @@ def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: P
     :func:`~autograder.config.sandbox_settings`). Students nbgrader could not grade here are graded
     again alone by :func:`grade_one` (which can skip a cell that killed the kernel).
     """
-    from .course import collect
-
     private_root(course_root, work)
     outcomes, collected = {}, {}
     for student, notebook in notebooks.items():
@@ -188,7 +210,7 @@ def chunks(students: list[str], workers: int, most: int) -> list[list[str]]:
 def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:
     """Move one graded submission's folders and gradebook rows from ``work`` into the course ``root``.
 
-    Raises :class:`~autograder.safe_fs.UnsafePath` (nothing moved) if a folder holds anything but
+    Raises :class:`~autograder.intake.safe_fs.UnsafePath` (nothing moved) if a folder holds anything but
     regular files or is too big.
     """
     for step in STEPS:

@@ -1,5 +1,6 @@
 """The student kit for a lab: a zip with the released labs, the environment file, a README and a wheel
-of ``mlsys_lib`` in which that lab's and every later lab's exercises are stubs (:mod:`autograder.kit`).
+of ``mlsys_lib`` in which that lab's and every later lab's exercises are stubs
+(:mod:`autograder.edition.kit`).
 
 It must hold no solution, no hidden test, no part of the autograder and no body of a reference it
 stubs; :func:`bundle` checks that (:func:`audit`) before it returns.
@@ -20,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .course import SECRET_MARKERS
+from ..cells import SECRET_MARKERS
+from ..paths import LABS, REPO, check_lab, lab_names
 from .kit import KitPlan, plan_kit, write_kit_package
-from .paths import LABS, REPO, check_lab, lab_names
 from .references import PackageSource
 
 STUDENT_README = Path(__file__).with_name("STUDENT_README.md")

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import nbformat
 
+from ..cells import fill, solution_cells
+from ..paths import FIXTURES, LABS, SOLUTIONS
 from . import mutate
-from .paths import FIXTURES, LABS, SOLUTIONS
 
 SECTION = re.compile(r"^# %% grade_id=(?P<grade_id>\S+)\s*$", re.MULTILINE)
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 
 
 @dataclass
@@ -62,43 +62,6 @@ def parse_wrong_answer(path: Path) -> WrongAnswer:
 def wrong_answers(lab: str) -> list[WrongAnswer]:
     """Every wrong-answer fixture of ``lab``."""
     return [parse_wrong_answer(p) for p in sorted((FIXTURES / "wrong_answers" / lab).glob("*.py"))]
-
-
-def _grade_id(cell) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
-def _source_cells(lab: str, kind: str) -> dict[str, str]:
-    """grade_id -> source of every cell of ``lab``'s source notebook whose nbgrader ``kind`` is set."""
-    cells = {}
-    for path in sorted((SOLUTIONS / lab).glob("*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if meta.get(kind):
-                cells[meta["grade_id"]] = cell.source
-    return cells
-
-
-def solution_cells(lab: str) -> dict[str, str]:
-    """grade_id -> full solution source (markers removed) of every answer cell of ``lab``."""
-    return {grade_id: SOLUTION_MARKER.sub("", source) for grade_id, source in _source_cells(lab, "solution").items()}
-
-
-def grade_cells(lab: str) -> dict[str, str]:
-    """grade_id -> full source, hidden tests included, of every graded test cell of ``lab``."""
-    return _source_cells(lab, "grade")
-
-
-def fill(release: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.NotebookNode:
-    """A copy of ``release`` whose answer cells hold ``answers`` (grade_id -> source)."""
-    notebook = nbformat.from_dict(release)
-    unknown = set(answers) - {_grade_id(c) for c in notebook.cells}
-    if unknown:
-        raise ValueError(f"no cell with grade_id {sorted(unknown)} in the release")
-    for cell in notebook.cells:
-        if _grade_id(cell) in answers:
-            cell.source = answers[_grade_id(cell)]
-    return notebook
 
 
 def build_samples(lab: str, dest: Path, *, wrong: int | None = None) -> dict[str, WrongAnswer | None]:
