@@ -1,4 +1,4 @@
-"""``mlsys course ...``: the instructor's commands (see README.md, "Instructor guide")."""
+"""``mlsys course ...``: the instructor's commands (see docs/instructor/index.md)."""
 
 from __future__ import annotations
 
@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="students per nbgrader run of a worker (default: c.Sandbox.chunk_size)")
     p.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
     p.add_argument("--students", type=Path, default=None, metavar="CSV",
-                   help="mapping file: columns prefix and/or lms_id, and student_id (see README)")
+                   help="mapping file: columns prefix and/or lms_id, and student_id "
+                        "(see docs/instructor/running-a-class.md)")
     p.add_argument("--dry-run", action="store_true",
                    help="only list whose notebook is which, and what would not be graded and why")
     p.set_defaults(run=_cmd_grade)

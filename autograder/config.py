@@ -57,8 +57,8 @@ MATHJAX_COPY = "mathjax"
 class Sandbox(Configurable):
     """How student notebooks run while graded; set in ``nbgrader_config.py`` as ``c.Sandbox.<name>``.
 
-    What the sandbox shows and hides is in :mod:`autograder.sandbox.sandbox` and the README's security
-    section.
+    What the sandbox shows and hides is in :mod:`autograder.sandbox.sandbox` and the instructor guide's
+    page docs/instructor/grading-security.md.
     """
 
     bubblewrap = Bool(True, help="Run each kernel inside bubblewrap when the bwrap command exists.").tag(config=True)
