@@ -41,6 +41,7 @@ from nbgrader.utils import parse_utc
 
 from ..intake.safe_fs import UnsafePath, check_tree, read_beneath
 from ..intake.sanitize import UnreadableSubmission, demote_duplicate_cells, read_submission, tamper_flags
+from ..intake.submissions import COMPANIONS
 from ..paths import SOLUTIONS
 from ..sandbox.sandbox import remove_empty_cgroups
 from .execute import KILLER_ENV, NOTES_ENV, read_notes
@@ -73,8 +74,8 @@ class BatchResult:
 MAX_KERNEL_DEATHS = 3
 #: Most bytes and files of one student's graded folders (autograded notebook, feedback page).
 MAX_RESULT_BYTES, MAX_RESULT_FILES = 64 * 2**20, 20
-#: Files nbgrader's exchange puts beside a submitted notebook, kept with it (at most 4 KiB each).
-COMPANIONS, COMPANION_LIMIT = ("timestamp.txt", "submission_secret.txt"), 4096
+#: Most bytes of each companion file (intake's COMPANIONS) kept beside a collected notebook.
+COMPANION_LIMIT = 4096
 #: What a submission's private copy is called, in a folder of its own under ``<course>/work/incoming/``.
 INCOMING = "submission.ipynb"
 
