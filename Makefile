@@ -2,36 +2,56 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+CREATED := $(VENV)/.created
 STAMP  := $(VENV)/.installed
 GRADER := $(VENV)/etc/jupyter/nbgrader_config.py
+LOGS   := $(VENV)/log
+EXTRAS := dev,mpi,site
+
+## Set-up steps print one line each, what they do and where their log is; their own output (pip's
+## warnings too) goes to the log, and a failed step prints the log's last lines and its path, and
+## fails make. V=1 shows everything instead: each command and all it prints.
+## $(call step,NAME,WHAT,COMMANDS): the shell command line of one step, its log $(LOGS)/NAME.log
+Q     := $(if $(V),,@)
+comma := ,
+ifdef V
+step = $(3)
+else
+step = log=$(LOGS)/$(subst $() ,-,$(1)).log; mkdir -p $(LOGS) && echo "$(1): $(2) (log: $$log)" && \
+	{ $(3); } >"$$log" 2>&1 || { status=$$?; echo "$(1) failed (exit $$status); the end of $$log:" >&2; \
+	tail -n 25 "$$log" >&2; echo "the whole log: $$log" >&2; exit $$status; }
+endif
 
 .PHONY: setup system-deps course test test-fast site lab plots plots-gpu bundle release check clean
 
 setup: $(STAMP) $(GRADER)
 
 ## system-deps: bubblewrap, the grading sandbox, and chromium, the browser the browser tests drive
-## (installed when run as root with apt; else a warning)
+## (installed when run as root with apt; else a warning; nothing printed when both are there)
 system-deps:
-	@command -v bwrap >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
-	  else echo "warning: bubblewrap is not installed: grading runs with resource limits only"; fi; }
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
-	  else echo "warning: chromium is not installed: \`make test\` fails its browser tests (test-fast skips them)"; fi; }
+	@missing=; command -v bwrap >/dev/null 2>&1 || missing=bubblewrap; \
+	command -v chromium >/dev/null 2>&1 || missing="$${missing:+$$missing }chromium"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  $(call step,system packages,$$missing (apt-get),apt-get update -qq && apt-get install -y -qq $$missing); \
+	else \
+	  case "$$missing" in *bubblewrap*) echo "warning: bubblewrap is not installed: grading runs with resource limits only";; esac; \
+	  case "$$missing" in *chromium*) echo "warning: chromium is not installed: \`make test\` fails its browser tests (test-fast skips them)";; esac; \
+	fi
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "setuptools>=68" wheel
-	$(BIN)/python -m pip install --quiet -e ".[dev,mpi,site]"
-	touch $(STAMP)
+## the venv, with the latest pip; the packages' stamp only needs it to exist (an old venv is kept)
+$(CREATED):
+	$(Q)$(call step,venv,$(PYTHON) -m venv $(VENV)$(comma) then the latest pip$(comma) setuptools and wheel,\
+	  $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --upgrade pip "setuptools>=68" wheel)
+	$(Q)touch $(CREATED)
+
+$(STAMP): pyproject.toml | $(CREATED)
+	$(Q)$(call step,packages,pip install -e .[$(EXTRAS)],$(BIN)/python -m pip install -e ".[$(EXTRAS)]")
+	$(Q)touch $(STAMP)
 
 ## the grading kernelspec and a settings file loading nbgrader_config.py, in the venv's Jupyter folders,
 ## so that nbgrader, Formgrader and JupyterLab find both from any folder
 $(GRADER): $(STAMP) autograder/config.py
-	$(BIN)/python -m autograder.config install
+	$(Q)$(call step,grading kernel,python -m autograder.config install,$(BIN)/python -m autograder.config install)
 
 ## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures
 ## (a summary; V=1 shows everything: each sample, what nbgrader and the kernels print, warnings)
