@@ -22,7 +22,7 @@ step = log=$(LOGS)/$(subst $() ,-,$(1)).log; mkdir -p $(LOGS) && echo "$(1): $(2
 	tail -n 25 "$$log" >&2; echo "the whole log: $$log" >&2; exit $$status; }
 endif
 
-.PHONY: setup system-deps course test test-fast site lab plots plots-gpu bundle release check clean
+.PHONY: setup system-deps course check-all test test-fast site lab plots plots-gpu bundle release check clean
 
 setup: $(STAMP) $(GRADER)
 
@@ -53,10 +53,17 @@ $(STAMP): pyproject.toml | $(CREATED)
 $(GRADER): $(STAMP) autograder/config.py
 	$(Q)$(call step,grading kernel,python -m autograder.config install,$(BIN)/python -m autograder.config install)
 
-## course: release every lab, grade the sample submissions, feedback, grades.csv, lecture figures
-## (a summary; V=1 shows everything: each sample, what nbgrader and the kernels print, warnings)
+## course: release every lab; grade each lab's solution and blank release through nbgrader in the sandbox
+## (feedback, grades.csv) and check every wrong-answer fixture by forking from the solution, while the
+## lectures draw their figures at small sizes (a summary; V=1 shows everything: each sample, what nbgrader
+## and the kernels print, warnings)
 course: setup system-deps
 	$(BIN)/mlsys course all $(if $(V),-v)
+
+## check-all: what `make course` leaves out, for a release: every wrong-answer fixture graded through
+## nbgrader in the sandbox too (minutes per lab) and the lectures' figures at full size
+check-all: setup system-deps
+	$(BIN)/mlsys course all --all-samples --full-figures $(if $(V),-v)
 
 ## test: every test, the slow end-to-end ones included; the browser tests fail, never skip, without chromium.
 ## Two pytest workers (pytest-xdist), a test file to each at a time: most tests wait on kernels and processes,
@@ -79,6 +86,7 @@ site: setup
 lab: setup
 	$(BIN)/mlsys lab $(if $(PORT),--port $(PORT)) $(if $(filter no,$(BROWSER)),--no-browser)
 
+## plots: the lectures' figures at full size (minutes; `make course` draws them small)
 plots: setup
 	$(BIN)/mlsys course figures
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from . import course
@@ -136,63 +138,91 @@ def _cmd_mutate(args) -> int:
     return 0 if report.passed(args.min_score) else 1
 
 
+def fixture_verdicts(lab: str, jobs: int = 2) -> list[tuple[str, list[str]]]:
+    """Run every wrong-answer fixture of ``lab`` by forking from its solution notebook
+    (:func:`samples.check_wrong_answers`): for each, its name and what is wrong with it (nothing when it
+    loses exactly its ``loses:`` tests, all of them the tests of the exercises it replaces)."""
+    verdicts = []
+    for check in samples.check_wrong_answers(lab, jobs=jobs):
+        lost = check.problem or ", ".join(sorted(check.lost)) or "nothing"
+        notes = [] if check.ok else [f"lost {lost}, must lose {', '.join(check.wrong.loses)}"]
+        if check.cascades:
+            notes.append(f"charges another exercise's tests too: {', '.join(sorted(check.cascades))}")
+        verdicts.append((check.wrong.name, notes))
+    return verdicts
+
+
 def _cmd_fixtures(args) -> int:
     ok = True
     for lab in args.labs or lab_names():
-        for check in samples.check_wrong_answers(lab, jobs=args.jobs):
-            lost = check.problem or ", ".join(sorted(check.lost)) or "nothing"
-            notes = [] if check.ok else [f"lost {lost}, must lose {', '.join(check.wrong.loses)}"]
-            if check.cascades:
-                notes.append(f"charges another exercise's tests too: {', '.join(sorted(check.cascades))}")
+        for name, notes in fixture_verdicts(lab, jobs=args.jobs):
             ok &= not notes
-            print(f"{'FAIL' if notes else 'ok  '} {lab} {check.wrong.name}" + "".join(f"\n       {n}" for n in notes))
+            print(f"{'FAIL' if notes else 'ok  '} {lab} {name}" + "".join(f"\n       {n}" for n in notes))
     return 0 if ok else 1
 
 
-def grade_samples(lab: str, root: Path, log=lambda message: None) -> list[tuple[bool, str]]:
-    """Grade the lab's sample submissions (progress through ``log``); for each, whether it scored as
-    it must and a line that says so."""
+def grade_samples(lab: str, root: Path, *, wrong: int | None = None,
+                  log=lambda message: None) -> list[tuple[bool, str]]:
+    """Grade the lab's sample submissions through nbgrader in the sandbox (progress through ``log``):
+    its solution, its untouched release and the first ``wrong`` wrong-answer fixtures (None: all). For
+    each, whether it scored as it must and a line that says so."""
     with tempfile.TemporaryDirectory() as tmp:
-        expected = samples.build_samples(lab, Path(tmp))
+        expected = samples.build_samples(lab, Path(tmp), wrong=wrong)
         results = course.grade(lab, Path(tmp), root=root, force=True, log=log)
     rows = []
     for r in results:
-        wrong = expected[r.student]
+        wrong_answer = expected[r.student]
         if r.student == "solution":
             good, must = r.score == r.max_score > 0, "score full marks"
         elif r.student == "blank":
             good, must = r.score == 0, "score 0"
         else:
             lost = {name for name, (score, maximum) in r.exercises.items() if score < maximum}
-            good, must = lost == set(wrong.loses), f"lose exactly {', '.join(wrong.loses)}"
+            good, must = lost == set(wrong_answer.loses), f"lose exactly {', '.join(wrong_answer.loses)}"
         rows.append((good, f"  {'ok  ' if good else 'FAIL'} {r.student:<32} {r.score:>5g} / {r.max_score:<5g} "
                            f"must {must}"))
     return rows
 
 
 def _cmd_all(args) -> int:
-    """``make course``: release, grade every lab's samples, render the lectures, summarize: a line
-    per lab (every sample's line with ``-v``, else only those that FAIL)."""
+    """``make course``: release every lab; grade each lab's solution and untouched release through nbgrader
+    in the sandbox (the real path) and check every wrong-answer fixture by forking (``--all-samples``:
+    grade every fixture through nbgrader instead, as ``make check-all`` does), while another process
+    renders the lectures (small sizes; ``--full-figures``: the full ones); then summarize: a line per lab
+    (every sample's line with ``-v``, else only those that FAIL)."""
     root = course_dir()
     released = course.release()
     print(f"released {len(released)} notebook(s) into labs/")
     ok = True
-    for lab in lab_names():
-        start, progress = time.monotonic(), Progress(args.verbose, prefix=f"{lab:<18} ")
-        rows = grade_samples(lab, root, log=progress)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as lectures:
+        # the process shares this one's standard output and error: the course log's unless -v
+        rendering = lectures.submit(render_lectures, quick=not args.full_figures)
+        for lab in lab_names():
+            start, progress = time.monotonic(), Progress(args.verbose, prefix=f"{lab:<18} ")
+            graded = grade_samples(lab, root, wrong=None if args.all_samples else 0, log=progress)
+            graded_s, start = time.monotonic() - start, time.monotonic()
+            progress.show("checking the wrong answers by forking ...")
+            forked = [] if args.all_samples else [
+                (not notes, f"  {'FAIL' if notes else 'ok  '} wrong_{name:<26} by forking: " + ("; ".join(notes) or
+                                                                                         "lost exactly its tests"))
+                for name, notes in fixture_verdicts(lab)]
+            progress.clear()
+            rows = graded + forked
+            good = sum(row_ok for row_ok, _ in rows)
+            ok &= good == len(rows)
+            how = (f"{len(graded)} through nbgrader {graded_s:.0f} s"
+                   + (f", {len(forked)} by forking {time.monotonic() - start:.0f} s" if forked else ""))
+            print(f"{lab:<18} {progress_bar(good, len(rows))} {good}/{len(rows)} samples scored as they must"
+                  + (f", {len(rows) - good} FAIL" if good < len(rows) else "") + f" ({how})")
+            for row_ok, line in rows:
+                if args.verbose or not row_ok:
+                    print(line)
+        progress = Progress(args.verbose)
+        progress.show("rendering the lecture notebooks ...")
+        rendered = rendering.result()
         progress.clear()
-        good = sum(row_ok for row_ok, _ in rows)
-        ok &= good == len(rows)
-        print(f"{lab:<18} {progress_bar(good, len(rows))} {good}/{len(rows)} samples scored as they must"
-              + (f", {len(rows) - good} FAIL" if good < len(rows) else "") + f" ({time.monotonic() - start:.0f} s)")
-        for row_ok, line in rows:
-            if args.verbose or not row_ok:
-                print(line)
-    progress = Progress(args.verbose)
-    progress.show("rendering the lecture notebooks ...")
-    rendered = render_lectures()
-    progress.clear()
-    print(f"lecture figures: {len(rendered.figures)} written to lectures/figures/")
+    print(f"lecture figures: {len(rendered.figures)} written to lectures/figures/"
+          + ("" if args.full_figures else " (small sizes; `make plots` draws the full ones)"))
     _report_claims(rendered)
     print(f"grades: {root / 'grades.csv'}   feedback: {root / 'feedback'}")
     _say_log(args)
@@ -287,6 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="only the table: no survivors and their diffs")
     p.set_defaults(run=_cmd_mutate)
     p = sub.add_parser("all", parents=[verbose], help="what `make course` runs")
+    p.add_argument("--all-samples", action="store_true",
+                   help="grade every wrong-answer fixture through nbgrader too (minutes per lab), not only the "
+                        "solution and the blank, instead of checking the fixtures by forking (`make check-all`)")
+    p.add_argument("--full-figures", action="store_true",
+                   help="render the lectures at their full sizes (`make plots`), not the small ones")
     p.set_defaults(run=_cmd_all)
     return parser
 

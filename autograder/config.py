@@ -226,9 +226,19 @@ def kernel_spec() -> dict:
 def write_kernel_spec(kernels: Path) -> Path:
     """Write the grading kernelspec into the Jupyter ``kernels`` folder; returns its folder."""
     spec_dir = Path(kernels) / GRADING_KERNEL
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    (spec_dir / "kernel.json").write_text(json.dumps(kernel_spec(), indent=1))
+    write_if_changed(spec_dir / "kernel.json", json.dumps(kernel_spec(), indent=1).encode())
     return spec_dir
+
+
+def write_if_changed(path: Path, data: bytes) -> None:
+    """Make ``path`` hold ``data``, atomically (a new file renamed over it) and only if it does not
+    already: processes that grade and render at once read these files while others write them."""
+    if path.is_file() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}")
+    fresh.write_bytes(data)
+    os.replace(fresh, path)
 
 
 def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
@@ -241,10 +251,8 @@ def install_grading_kernel(root: Path | None = None) -> dict[str, str]:
     jupyter_path = Path(root or course_dir()).resolve() / "jupyter"
     write_kernel_spec(jupyter_path / "kernels")
     for template in TEMPLATES.glob("*/*.j2"):
-        copy = jupyter_path / "nbconvert" / "templates" / template.relative_to(TEMPLATES)
-        if not copy.is_file() or copy.read_bytes() != template.read_bytes():
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            copy.write_bytes(template.read_bytes())
+        write_if_changed(jupyter_path / "nbconvert" / "templates" / template.relative_to(TEMPLATES),
+                         template.read_bytes())
     return {"JUPYTER_PATH": first_on(os.environ.get("JUPYTER_PATH", ""), jupyter_path)}
 
 

@@ -1,8 +1,9 @@
 """The whole nbgrader path of a lab: release, check, collect, autograde, feedback, grades.
 
 Slow: every graded submission runs a real Jupyter kernel through nbgrader, so each lab grades its
-solution, its blank and the first WRONG of its wrong-answer fixtures here; test_fixtures.py runs all
-of them (fast, by forking) and ``make course`` grades all of them through nbgrader. What students do
+solution, its blank and the first WRONG of its wrong-answer fixtures here, and holds the forked checker
+(which ``make course`` and test_fixtures.py run on all of them) to nbgrader's verdict on those;
+``make check-all`` grades all of them through nbgrader. What students do
 to the grader (copied cells, other kernels, broken files, attacks) is in test_adversarial.py.
 
 Lab 1 is graded through the course tool by three other files already, so not again here:
@@ -60,6 +61,21 @@ def test_each_wrong_answer_loses_exactly_its_tests(graded):
         lost = {name for name, (score, maximum) in result.exercises.items() if score < maximum}
         assert lost == set(wrong.loses), f"{student} ({wrong.description}) lost {sorted(lost)}"
         assert result.score < result.max_score
+
+
+def test_forked_checker_gives_nbgraders_verdict(graded):
+    """`make course` grades only each lab's solution and blank through nbgrader and checks the wrong
+    answers by forking from the solution notebook (samples.check_wrong_answers): on the fixtures graded
+    here, the fork must fail exactly the test cells nbgrader charged."""
+    lab, results, expected, _ = graded
+    students = {wrong.name: student for student, wrong in expected.items() if wrong is not None}
+    checks = samples.check_wrong_answers(lab, names=set(students))
+    assert sorted(check.wrong.name for check in checks) == sorted(students)
+    for check in checks:
+        result = results[students[check.wrong.name]]
+        charged = {name for name, (score, maximum) in result.exercises.items() if score < maximum}
+        assert check.problem is None and check.lost == charged, \
+            f"{check.wrong.name}: forked lost {check.problem or sorted(check.lost)}, nbgrader {sorted(charged)}"
 
 
 def test_grades_csv_has_every_student_with_a_status(graded):

@@ -7,8 +7,10 @@ them and warn when this machine's measurement contradicts the lecture's text.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 from nbclient import NotebookClient
@@ -21,6 +23,8 @@ from ..run.nbgrader_run import grading_environment
 
 #: Seconds one lecture cell may take (the matmul sweeps time naive kernels).
 LECTURE_CELL_TIMEOUT_S = 600
+#: Set to "1" in a lecture's kernel, it draws its figures at small sizes (seconds, not minutes).
+QUICK_ENV = "MLSYS_QUICK"
 
 
 @dataclass
@@ -41,10 +45,12 @@ def _printed(notebook) -> str:
                    for output in cell.get("outputs", []) if output.get("name") == "stdout")
 
 
-def render_lectures(names: list[str] | None = None, *, root: Path | None = None) -> Rendered:
+def render_lectures(names: list[str] | None = None, *, root: Path | None = None, quick: bool = False) -> Rendered:
     """Execute ``lectures/<name>.ipynb`` (default: all) in ``lectures/``; return the figures and claims.
 
-    The notebooks on disk are left as they are (outputs stay out of git).
+    ``quick``: at small sizes (:data:`QUICK_ENV`; what ``make course`` and the tests draw), else at the
+    full sizes the lectures show (``make plots``). The notebooks on disk are left as they are (outputs
+    stay out of git).
     """
     notebooks = sorted(LECTURES.glob("lec*.ipynb"))
     if names:
@@ -53,7 +59,8 @@ def render_lectures(names: list[str] | None = None, *, root: Path | None = None)
     figures.mkdir(exist_ok=True)
     before = {p: p.stat().st_mtime for p in figures.glob("*")}
     rendered = Rendered()
-    with grading_environment(Path(root or course_dir())):
+    sizes = {QUICK_ENV: "1"} if quick else {}
+    with grading_environment(Path(root or course_dir())), mock.patch.dict(os.environ, sizes):
         for path in notebooks:
             notebook = nbformat.read(path, as_version=4)
             NotebookClient(notebook, kernel_name=GRADING_KERNEL, timeout=LECTURE_CELL_TIMEOUT_S,

@@ -103,11 +103,12 @@ class FixtureCheck:
         return set(self.wrong.loses) - self.own_tests
 
 
-def check_wrong_answers(lab: str, *, jobs: int = 2) -> list[FixtureCheck]:
-    """Run every wrong-answer fixture of ``lab`` by forking from the solution notebook (seconds, not the
-    minutes of grading each through nbgrader; ``make course`` does that) on the lab's grading edition."""
+def check_wrong_answers(lab: str, *, jobs: int = 2, names: set[str] | None = None) -> list[FixtureCheck]:
+    """Run every wrong-answer fixture of ``lab`` (or those ``names`` names) by forking from the solution
+    notebook, on the lab's grading edition: seconds, not the minutes of grading each through nbgrader
+    (``make check-all`` does that; ``make course`` grades only the solution and the blank so)."""
     notebook = SOLUTIONS / lab / f"{lab}.ipynb"
-    wrongs = wrong_answers(lab)
+    wrongs = [w for w in wrong_answers(lab) if names is None or w.name in names]
     outcomes = mutate.failing_tests(notebook, {w.name: w.cells for w in wrongs}, edition=lab, jobs=jobs)
     cells = mutate.read_cells(notebook)
     own = {e.grade_id: set(e.own_tests(cells)) for e in mutate.find_exercises(cells)}
