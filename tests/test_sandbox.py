@@ -12,15 +12,20 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import nbformat
 import pytest
 from jupyter_client import KernelManager
 
+from autograder import course
+from autograder.cells import fill, solution_cells
 from autograder.config import GRADING_KERNEL, load_config, sandbox_settings
-from autograder.paths import REPO, SOLUTIONS
+from autograder.paths import LABS, REPO, SOLUTIONS
 from autograder.run.nbgrader_run import grading_environment
-from autograder.sandbox.sandbox import Report, python_paths, report_path, supervise, watch
+from autograder.sandbox.sandbox import (Report, join_pids_cgroup, pids_cgroup, python_paths, report_path, supervise,
+                                       task_limit, watch)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -52,9 +57,9 @@ class Kernel:
         return json.loads(self.run(f"import json as _json\nprint(_json.dumps({expression}))"))
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sandbox")
+@contextmanager
+def started_kernel(tmp: Path, **settings_changes):
+    """A grading kernel in its sandbox, with the course's settings changed by ``settings_changes``."""
     root, work, visible = tmp / "course", tmp / "course" / "autograded" / "s" / "lab01_tensors", tmp / "data"
     work.mkdir(parents=True)
     (work / "lab01_tensors.ipynb").write_text("### BEGIN HIDDEN TESTS")
@@ -66,7 +71,7 @@ def sandbox(tmp_path_factory):
     server.bind(("127.0.0.1", 0))
     server.listen()
     settings = sandbox_settings(load_config(root), "lab01_tensors")
-    settings.update(disk_mb=16, extra_paths=[str(visible)])
+    settings.update(disk_mb=16, extra_paths=[str(visible)], **settings_changes)
     os.environ["MLSYS_HONEYPOT_TOKEN"] = SECRET
     try:
         with grading_environment(root, settings) as runtime:
@@ -75,13 +80,22 @@ def sandbox(tmp_path_factory):
             client = manager.client()
             client.start_channels()
             client.wait_for_ready(timeout=60)
-            yield {"kernel": Kernel(manager, client), "root": root, "work": work, "visible": visible,
-                   "port": server.getsockname()[1], "report": report_path(Path(manager.connection_file))}
-            client.stop_channels()
-            manager.shutdown_kernel(now=False)
+            try:
+                yield {"kernel": Kernel(manager, client), "root": root, "work": work, "visible": visible,
+                       "port": server.getsockname()[1], "report": report_path(Path(manager.connection_file)),
+                       "settings": settings}
+            finally:
+                client.stop_channels()
+                manager.shutdown_kernel(now=False)
     finally:
         os.environ.pop("MLSYS_HONEYPOT_TOKEN", None)
         server.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    with started_kernel(tmp_path_factory.mktemp("sandbox")) as started:
+        yield started
 
 
 def test_kernel_runs_unprivileged_without_capabilities(sandbox):
@@ -197,3 +211,94 @@ def test_a_relative_socket_path_is_refused_before_anything_is_made(tmp_path, mon
     with pytest.raises(ValueError, match="absolute socket path"):
         supervise(sandbox_settings(load_config(tmp_path / "course"), "lab01_tensors"), connection, [])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel.json"]
+
+
+#: One block of 1024 threads (a CUDA block's most) on the simulator, launched as a notebook would, without
+#: instrument(): every thread waits at the barrier, so all 1024 are alive at once.
+BLOCK_OF_1024 = """
+import mlsys_lib
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def fill_block(out):
+    i = cuda.threadIdx.x
+    cuda.syncthreads()
+    out[i] = i
+
+filled = np.zeros(1024, np.int64)
+fill_block[1, 1024](filled)
+"""
+COUNT_FILLED = "print(int((filled == np.arange(1024)).sum()))"
+#: A thread bomb held back: threads with small stacks (so the address space is not what stops them),
+#: each waiting, started until the kernel refuses one; then released. Prints how many started.
+THREADS_UNTIL_REFUSED = """
+import os, threading, time
+before = len(os.listdir('/proc/self/task'))
+stack = threading.stack_size(32768)
+release, started = threading.Event(), []
+try:
+    while len(started) < 10000:
+        worker = threading.Thread(target=release.wait, daemon=True)
+        worker.start()
+        started.append(worker)
+except RuntimeError:
+    pass
+finally:
+    release.set()
+    threading.stack_size(stack)
+for worker in started:
+    worker.join()
+deadline = time.monotonic() + 30
+while len(os.listdir('/proc/self/task')) > before and time.monotonic() < deadline:  # joined, not yet ended
+    time.sleep(0.05)
+print(len(started))
+"""
+
+
+def pids_cgroups_available() -> bool:
+    """Whether this grader can cap a kernel with a pids cgroup (root, the controller mounted and delegated)."""
+    if os.geteuid() != 0:
+        return False
+    probe = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                             preexec_fn=lambda: join_pids_cgroup(8))
+    group = pids_cgroup(probe.pid)
+    probe.communicate(b"")
+    if group:
+        group.rmdir()
+    return group is not None
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "rlimit-only"])
+def test_a_block_of_1024_simulator_threads_runs_under_the_task_cap(tmp_path, cgroup):
+    """The simulator's thread per GPU thread fits (c.Sandbox.threads), and processes + threads still caps
+    the kernel's tasks: by a pids cgroup where one can be made, else by RLIMIT_NPROC alone."""
+    with started_kernel(tmp_path, cgroup=cgroup) as started:
+        kernel, limit = started["kernel"], task_limit(started["settings"])
+        assert started["settings"]["threads"] >= 1024 and limit == started["settings"]["processes"] + 1024
+        assert kernel.run(BLOCK_OF_1024 + COUNT_FILLED, timeout=120).strip() == "1024"
+        threads = int(kernel.run(THREADS_UNTIL_REFUSED, timeout=120))
+        # the kernel's own threads (and, in the cgroup, bubblewrap's processes) take the rest
+        assert limit - 32 <= threads < limit, (threads, limit)
+        assert kernel.run(BLOCK_OF_1024 + COUNT_FILLED, timeout=120).strip() == "1024"  # the released threads are gone
+        report = started["report"]
+    events = [json.loads(line) for line in report.read_text().splitlines()]
+    tasks = [e for e in events if e.get("event") == "tasks"]
+    assert tasks == [{"event": "tasks", "limit": limit, "cgroup": cgroup and pids_cgroups_available(),
+                      "by": "supervisor"}], tasks
+
+
+@pytest.mark.slow
+def test_a_notebook_launching_a_block_of_1024_threads_is_graded_with_its_points(tmp_path):
+    """Through the course tool, with the course's default limits: a Lab 1 answer that first launches one
+    block of 1024 simulator threads, and defines compact_strides only if every thread wrote its index."""
+    lab = "lab01_tensors"
+    answers = solution_cells(lab)
+    answers["compact_strides"] = (BLOCK_OF_1024 + "assert (filled == np.arange(1024)).all()\n\n\n"
+                                  + answers["compact_strides"])
+    notebook = fill(nbformat.read(LABS / lab / f"{lab}.ipynb", as_version=4), answers)
+    (tmp_path / "subs" / "sim").mkdir(parents=True)
+    nbformat.write(notebook, tmp_path / "subs" / "sim" / f"{lab}.ipynb")
+    start = time.monotonic()
+    (result,) = course.grade(lab, tmp_path / "subs", root=tmp_path / "course", workers=1, log=lambda message: None)
+    assert result.status == "graded" and result.score == result.max_score > 0, (result, time.monotonic() - start)

@@ -21,7 +21,10 @@ No instructor home, course folder, submissions, solutions, git history or other 
 machine is visible; nothing tells the kernel what is hidden. When the grader runs as root, the
 kernel drops to an unprivileged user id of its own (:mod:`autograder.sandbox.kernel.start`), so
 files only root may read stay unreadable even where they are visible. CPU seconds, address space,
-file size, processes and (via the supervisor) wall-clock time are limited.
+file size, tasks and (via the supervisor) wall-clock time are limited. Tasks are processes and threads,
+which Linux counts alike: the kernel may have ``c.Sandbox.processes`` of them plus ``c.Sandbox.threads``
+(room for the CUDA simulator's thread per GPU thread of a block), capped by ``pids.max`` of a cgroup of
+its own when the grader runs as root and can make one, and by ``RLIMIT_NPROC`` in every case.
 
 The supervisor copies what the kernel guard (:mod:`autograder.sandbox.kernel`) writes to its report
 pipe into ``<connection file>.report.jsonl`` (a folder the kernel cannot see), bounded, and adds what
@@ -179,21 +182,34 @@ def bwrap_command(inner: list[str], settings: dict, sockets: Path, fds: dict[str
     return command + ["--"] + inner
 
 
-def _processes_of_this_user() -> int:
+#: Where the grader makes the kernels' pids cgroups: the cgroup v1 pids hierarchy, or the v2 root.
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+def task_limit(settings: dict) -> int:
+    """Tasks (processes and threads: Linux counts both alike) one kernel may have at once."""
+    return settings["processes"] + settings.get("threads", 0)
+
+
+def _tasks_of_this_user() -> int:
+    """Tasks (threads of every process) of this user: what RLIMIT_NPROC counts against its limit."""
     uid = os.getuid()
     count = 0
     for entry in Path("/proc").iterdir():
         try:
-            count += entry.name.isdigit() and entry.stat().st_uid == uid
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += len(os.listdir(entry / "task"))
         except OSError:
             continue
     return count
 
 
 def join_pids_cgroup(limit: int) -> bool:
-    """Move this process into a fresh cgroup allowing ``limit`` processes; False if none can be made."""
+    """Move this process into a fresh cgroup allowing ``limit`` tasks (``pids.max``); False if none can be
+    made (not root, no pids controller, cgroups not delegated): then RLIMIT_NPROC alone caps the kernel.
+    Run in the sandbox's first process, before it execs bubblewrap."""
     name = f"mlsys-grader-{os.getpid()}"
-    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+    for base in CGROUP_ROOTS:
         group = base / name
         try:
             group.mkdir()
@@ -208,9 +224,21 @@ def join_pids_cgroup(limit: int) -> bool:
     return False
 
 
+def pids_cgroup(pid: int) -> Path | None:
+    """The cgroup :func:`join_pids_cgroup` made for process ``pid``, if ``pid`` is in it; else None."""
+    for base in CGROUP_ROOTS:
+        group = base / f"mlsys-grader-{pid}"
+        try:
+            if str(pid) in (group / "cgroup.procs").read_text().split():
+                return group
+        except OSError:
+            continue
+    return None
+
+
 def remove_empty_cgroups() -> None:
     """Remove the grader's cgroups whose kernels have exited (called by the grader, not the kernel)."""
-    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+    for base in CGROUP_ROOTS:
         for group in base.glob("mlsys-grader-*"):
             try:
                 group.rmdir()
@@ -258,7 +286,9 @@ def prepare(settings: dict, connection: int, sockets: Path, report_fd: int, kern
     uid = settings["uid"] + os.getpid() % 100_000 if privileged else NOBODY
     inner = {
         "cpu_seconds": settings["cpu_seconds"], "memory_mb": settings["memory_mb"], "file_mb": settings["file_mb"],
-        "processes": settings["processes"] if privileged else _processes_of_this_user() + settings["processes"],
+        # RLIMIT_NPROC counts the tasks of the kernel's real user id: its own when grading as root, else
+        # the instructor's, whose tasks of the moment are added
+        "tasks": task_limit(settings) if privileged else _tasks_of_this_user() + task_limit(settings),
         "uid": uid if privileged else None, "workdir": f"/tmp/{Path.cwd().name}", "report_fd": report_fd,
         "test_cells": settings["test_cells"], "pinned": settings["pinned"], "kernel_args": kernel_args,
         "connection": CONNECTION_INSIDE, "probe": probe,
@@ -287,17 +317,27 @@ def supervise(settings: dict, connection_file: Path, kernel_args: list[str]) -> 
     connection_fd = os.open(connection_file, os.O_RDONLY | os.O_NOFOLLOW)
     command, fds = prepare(settings, connection_fd, Path(connection["ip"]).parent, write_end, kernel_args)
     console_read, console_write = os.pipe()
-    limit = settings["processes"]
+    limit = task_limit(settings)
+    cgroup = settings.get("cgroup", True) and os.geteuid() == 0
     child = subprocess.Popen(command, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=console_write,
-                             stderr=console_write,
-                             preexec_fn=(lambda: join_pids_cgroup(limit)) if os.geteuid() == 0 else None)
+                             stderr=console_write, preexec_fn=(lambda: join_pids_cgroup(limit)) if cgroup else None)
     for fd in (*fds, console_write):
         os.close(fd)
+    group = pids_cgroup(child.pid) if cgroup else None
+    report = Report(report_path(connection_file))
+    report.event("tasks", limit=limit, cgroup=group is not None)
     # jupyter_client ends a kernel that does not shut down by SIGTERM to the process group: pass it
     # on and keep watching, so the report still gets its "exit"
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
-    return watch(child, read_end, Report(report_path(connection_file)), settings["wall_seconds"] + KILL_GRACE_S,
-                 console_read, console_path(connection_file))
+    try:
+        return watch(child, read_end, report, settings["wall_seconds"] + KILL_GRACE_S,
+                     console_read, console_path(connection_file))
+    finally:
+        if group:
+            try:
+                group.rmdir()  # empty once the sandbox has ended (its PID namespace takes every task with it)
+            except OSError:
+                pass  # remove_empty_cgroups, after the batch, tries again
 
 
 def probe(settings: dict, timeout: float = 120) -> None:
