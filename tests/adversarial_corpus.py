@@ -255,6 +255,13 @@ CASES = [
          "fail for want of processes, the grader goes on", insert_after(
              "compact_strides", "import os, time\nfor _ in range(100000):\n    if os.fork() == 0:\n"
                                 "        time.sleep(20)\n        os._exit(0)\n"), flag_optional=True),
+    Case("thread_bomb", "starts threads with small stacks (the address space does not stop them) until it "
+         "cannot and keeps them: the task cap stops it; later cells may fail for want of threads, the grader "
+         "goes on", insert_after(
+             "compact_strides", "import threading, time\nthreading.stack_size(32768)\nkept = []\n"
+                                "for _ in range(100000):\n"
+                                "    kept.append(threading.Thread(target=time.sleep, args=(20,), daemon=True))\n"
+                                "    kept[-1].start()\n"), flag_optional=True),
     Case("sleeper", "sleeps cell after cell, each under the cell timeout: the notebook's wall-clock budget "
          "stops it, the tests after it fail and it is flagged",
          insert_after("test_compact_strides_hidden", *[f"import time\ntime.sleep({NAP_S})\n"] * NAPS),

@@ -255,6 +255,29 @@ while len(os.listdir('/proc/self/task')) > before and time.monotonic() < deadlin
 print(len(started))
 """
 
+#: A fork bomb held back: children that wait on a pipe, forked until the kernel refuses one; then released
+#: and reaped. Prints how many were forked.
+FORKS_UNTIL_REFUSED = """
+import os
+read_end, write_end = os.pipe()
+children = []
+try:
+    while len(children) < 10000:
+        pid = os.fork()
+        if pid == 0:
+            os.close(write_end)
+            os.read(read_end, 1)
+            os._exit(0)
+        children.append(pid)
+except OSError:
+    pass
+os.close(write_end)
+for pid in children:
+    os.waitpid(pid, 0)
+os.close(read_end)
+print(len(children))
+"""
+
 
 def pids_cgroups_available() -> bool:
     """Whether this grader can cap a kernel with a pids cgroup (root, the controller mounted and delegated)."""
@@ -272,7 +295,8 @@ def pids_cgroups_available() -> bool:
 @pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "rlimit-only"])
 def test_a_block_of_1024_simulator_threads_runs_under_the_task_cap(tmp_path, cgroup):
     """The simulator's thread per GPU thread fits (c.Sandbox.threads), and processes + threads still caps
-    the kernel's tasks: by a pids cgroup where one can be made, else by RLIMIT_NPROC alone."""
+    the kernel's tasks, threads and (with the cgroup) forked processes alike: by a pids cgroup where one can
+    be made, else by RLIMIT_NPROC alone."""
     with started_kernel(tmp_path, cgroup=cgroup) as started:
         kernel, limit = started["kernel"], task_limit(started["settings"])
         assert started["settings"]["threads"] >= 1024 and limit == started["settings"]["processes"] + 1024
@@ -281,6 +305,9 @@ def test_a_block_of_1024_simulator_threads_runs_under_the_task_cap(tmp_path, cgr
         # the kernel's own threads (and, in the cgroup, bubblewrap's processes) take the rest
         assert limit - 32 <= threads < limit, (threads, limit)
         assert kernel.run(BLOCK_OF_1024 + COUNT_FILLED, timeout=120).strip() == "1024"  # the released threads are gone
+        if cgroup:  # forked processes count as threads do (1280 forks of a kernel take about a minute here)
+            processes = int(kernel.run(FORKS_UNTIL_REFUSED, timeout=300))
+            assert limit - 32 <= processes < limit, (processes, limit)
         report = started["report"]
     events = [json.loads(line) for line in report.read_text().splitlines()]
     tasks = [e for e in events if e.get("event") == "tasks"]
