@@ -66,13 +66,16 @@ class Sandbox(Configurable):
     wall_seconds = Int(900, help="Wall-clock seconds one notebook may take in all (kernel start included); "
                                  "cells after that are not run and fail.").tag(config=True)
     memory_mb = Int(4096, help="Address space of the kernel, MiB.").tag(config=True)
-    processes = Int(256, help="Processes and threads the kernel may have at once besides `threads` (the "
-                               "kernel's own, the notebook's).").tag(config=True)
-    threads = Int(1024, help="Threads the kernel may have on top of `processes`: room for Numba's CUDA "
-                             "simulator, which runs one thread per GPU thread of a block (a block holds at most "
-                             "1024). Linux counts a thread like a process, so the kernel's tasks (processes and "
-                             "threads) are capped at processes + threads, by a cgroup's pids.max where one can "
-                             "be made and always by RLIMIT_NPROC.").tag(config=True)
+    processes = Int(256, help="Processes the kernel may have at once, its threads not counted (bubblewrap's "
+                               "init and the kernel among them): the supervisor counts the sandbox's processes "
+                               "every 30 ms and, past this many, stops the kernel as a fork bomb; that cell and "
+                               "the cells after it fail with that reason (with bubblewrap only). Also part of "
+                               "the task cap, see `threads`.").tag(config=True)
+    threads = Int(1024, help="Room for threads in the task cap: Linux counts a thread like a process, and the "
+                             "kernel's tasks (processes and threads together) are capped at processes + threads, "
+                             "by a cgroup's pids.max where one can be made and always by RLIMIT_NPROC. 1024 "
+                             "fits Numba's CUDA simulator, which runs one thread per GPU thread of a block (a "
+                             "block holds at most 1024).").tag(config=True)
     cgroup = Bool(True, help="Cap the kernel's tasks with a pids cgroup of its own too, where one can be made "
                              "(grading as root, the pids controller mounted); RLIMIT_NPROC caps them in any "
                              "case.").tag(config=True)

@@ -24,8 +24,8 @@ from autograder.cells import fill, solution_cells
 from autograder.config import GRADING_KERNEL, load_config, sandbox_settings
 from autograder.paths import LABS, REPO, SOLUTIONS
 from autograder.run.nbgrader_run import grading_environment
-from autograder.sandbox.sandbox import (Report, join_pids_cgroup, pids_cgroup, python_paths, report_path, supervise,
-                                       task_limit, watch)
+from autograder.sandbox.sandbox import (REPORT_LIMIT, Report, join_pids_cgroup, pids_cgroup, python_paths,
+                                       report_path, supervise, task_limit, watch)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -186,6 +186,14 @@ def test_watch_kills_at_the_wall_clock_limit(tmp_path):
     assert events == ["wall_clock", "exit"]
 
 
+def test_the_supervisors_events_are_kept_past_the_report_limit(tmp_path):
+    report = Report(tmp_path / "r.jsonl")
+    report.feed(b'{"event": "noise"}\n' * (REPORT_LIMIT // 10))
+    report.event("limit", what="fork bomb: more than 256 processes")
+    events = [json.loads(line)["event"] for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert events[-2:] == ["truncated", "limit"] and (tmp_path / "r.jsonl").stat().st_size < REPORT_LIMIT + 200
+
+
 def test_watch_notes_a_report_channel_closed_early(tmp_path):
     read_end, write_end = os.pipe()
     code = f"import os, time; os.write({write_end}, b'{{\"event\": \"ready\"}}\\n'); os.close({write_end}); time.sleep(8)"
@@ -194,6 +202,70 @@ def test_watch_notes_a_report_channel_closed_early(tmp_path):
     watch(child, read_end, Report(tmp_path / "r.jsonl"), seconds=30)
     events = [json.loads(line)["event"] for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert events == ["ready", "closed", "exit"]
+
+
+def in_pid_namespace(code: str, marker: str) -> subprocess.Popen:
+    """``code`` run by this Python (``marker`` its argument) in a PID namespace of bubblewrap's, as a graded
+    kernel runs: the system read-only, a /proc of the namespace's own."""
+    user = [] if os.geteuid() == 0 else ["--unshare-user"]
+    return subprocess.Popen(["bwrap", "--unshare-pid", *user, "--die-with-parent", "--ro-bind", "/", "/", "--proc",
+                             "/proc", "--dev", "/dev", "--", sys.executable, "-c", code, marker])
+
+
+def processes_with(marker: str) -> list[int]:
+    """This machine's processes with ``marker`` among their arguments."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+#: 300 processes of one thread each: children that sleep, forked one after the other.
+THREE_HUNDRED_PROCESSES = "import os, time\nfor _ in range(299):\n    if os.fork() == 0:\n        time.sleep(60)\n" \
+                          "        os._exit(0)\ntime.sleep(60)\n"
+#: One process of 1000 threads (small stacks) that all live at once, for 2 s; it fails if they do not.
+THOUSAND_THREADS = """
+import os, threading, time
+threading.stack_size(262144)
+for _ in range(1000):
+    threading.Thread(target=time.sleep, args=(2,), daemon=True).start()
+assert len(os.listdir('/proc/self/task')) > 1000
+time.sleep(2.5)
+"""
+
+
+def test_watch_stops_a_sandbox_past_its_process_budget(tmp_path):
+    """300 processes (one thread each) against a budget of 256: the whole sandbox is killed within moments,
+    every process of it, and the report says why."""
+    marker = f"mlsys-forks-{os.getpid()}"
+    read_end, write_end = os.pipe()  # the report channel, held open as the kernel's guard would
+    child = in_pid_namespace(THREE_HUNDRED_PROCESSES, marker)
+    start = time.monotonic()
+    status = watch(child, read_end, Report(tmp_path / "r.jsonl"), seconds=50, processes=256)
+    os.close(write_end)
+    assert time.monotonic() - start < 20 and status != 0
+    events = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["limit", "exit"], events
+    assert events[0]["what"] == "fork bomb: more than 256 processes" and 256 < events[0]["processes"] <= 301, events
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:  # the namespace's end kills them all
+        time.sleep(0.1)
+    assert processes_with(marker) == []
+
+
+def test_watch_counts_the_threads_of_a_process_as_one(tmp_path):
+    """One process of 1000 threads is one process: not stopped, with a budget of 256."""
+    read_end, write_end = os.pipe()
+    child = in_pid_namespace(THOUSAND_THREADS, f"mlsys-threads-{os.getpid()}")
+    status = watch(child, read_end, Report(tmp_path / "r.jsonl"), seconds=50, processes=256)
+    os.close(write_end)
+    events = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert status == 0 and [e["event"] for e in events] == ["exit"], events
+    assert 2 <= events[0]["processes"] <= 4, events  # counted: bubblewrap's init and the Python process
 
 
 def test_the_system_the_kernel_needs_is_readable(sandbox):
@@ -255,27 +327,15 @@ while len(os.listdir('/proc/self/task')) > before and time.monotonic() < deadlin
 print(len(started))
 """
 
-#: A fork bomb held back: children that wait on a pipe, forked until the kernel refuses one; then released
-#: and reaped. Prints how many were forked.
-FORKS_UNTIL_REFUSED = """
-import os
-read_end, write_end = os.pipe()
-children = []
-try:
-    while len(children) < 10000:
-        pid = os.fork()
-        if pid == 0:
-            os.close(write_end)
-            os.read(read_end, 1)
-            os._exit(0)
-        children.append(pid)
-except OSError:
-    pass
-os.close(write_end)
-for pid in children:
-    os.waitpid(pid, 0)
-os.close(read_end)
-print(len(children))
+#: A fork bomb: children that wait, forked until the kernel refuses one (the task cap) or is stopped.
+FORK_BOMB = """
+import os, time
+forked = 0
+while forked < 10000:
+    if os.fork() == 0:
+        time.sleep(300)
+        os._exit(0)
+    forked += 1
 """
 
 
@@ -294,25 +354,30 @@ def pids_cgroups_available() -> bool:
 
 @pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "rlimit-only"])
 def test_a_block_of_1024_simulator_threads_runs_under_the_task_cap(tmp_path, cgroup):
-    """The simulator's thread per GPU thread fits (c.Sandbox.threads), and processes + threads still caps
-    the kernel's tasks, threads and (with the cgroup) forked processes alike: by a pids cgroup where one can
-    be made, else by RLIMIT_NPROC alone."""
+    """The simulator's thread per GPU thread fits (c.Sandbox.threads); processes + threads still caps the
+    kernel's tasks (by a pids cgroup where one can be made, else by RLIMIT_NPROC alone), and a fork bomb is
+    stopped at c.Sandbox.processes by the supervisor, which counts processes and not threads."""
     with started_kernel(tmp_path, cgroup=cgroup) as started:
-        kernel, limit = started["kernel"], task_limit(started["settings"])
-        assert started["settings"]["threads"] >= 1024 and limit == started["settings"]["processes"] + 1024
+        kernel, limit, processes = started["kernel"], task_limit(started["settings"]), started["settings"]["processes"]
+        assert started["settings"]["threads"] >= 1024 and limit == processes + 1024
         assert kernel.run(BLOCK_OF_1024 + COUNT_FILLED, timeout=120).strip() == "1024"
         threads = int(kernel.run(THREADS_UNTIL_REFUSED, timeout=120))
         # the kernel's own threads (and, in the cgroup, bubblewrap's processes) take the rest
         assert limit - 32 <= threads < limit, (threads, limit)
         assert kernel.run(BLOCK_OF_1024 + COUNT_FILLED, timeout=120).strip() == "1024"  # the released threads are gone
-        if cgroup:  # forked processes count as threads do (1280 forks of a kernel take about a minute here)
-            processes = int(kernel.run(FORKS_UNTIL_REFUSED, timeout=300))
-            assert limit - 32 <= processes < limit, (processes, limit)
+        kernel.client.execute(FORK_BOMB)
+        deadline = time.monotonic() + 120  # forking a kernel takes ~20 ms a child here
+        while kernel.manager.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not kernel.manager.is_alive(), "the fork bomb was not stopped"
         report = started["report"]
     events = [json.loads(line) for line in report.read_text().splitlines()]
     tasks = [e for e in events if e.get("event") == "tasks"]
     assert tasks == [{"event": "tasks", "limit": limit, "cgroup": cgroup and pids_cgroups_available(),
-                      "by": "supervisor"}], tasks
+                      "processes": processes, "by": "supervisor"}], tasks
+    (stopped,) = [e for e in events if e.get("event") == "limit"]
+    assert stopped["what"] == f"fork bomb: more than {processes} processes", stopped
+    assert processes < stopped["processes"] < processes + 64, stopped  # counted every 30 ms
 
 
 @pytest.mark.slow
