@@ -31,11 +31,8 @@ pytestmark = pytest.mark.slow
 
 SANDBOX = shutil.which("bwrap") is not None
 #: The test course: low limits (see adversarial_corpus), output waited for 10 s after a cell's reply
-#: (a cell that ignores the interrupt costs the cell timeout plus this). No room for the CUDA simulator
-#: (c.Sandbox.threads = 0: 256 tasks, processes and threads): Lab 1 launches no GPU kernel, and the fork
-#: bomb must reach the cap within the 10 s cell timeout, as its case expects (forking the default 1280
-#: takes a loaded 2-core machine about a minute; interrupted midway, the forking cell was seen not to stop
-#: and to be flagged). test_sandbox.py holds a kernel with the default cap to it, threads and forks.
+#: (a cell that ignores the interrupt costs the cell timeout plus this). Processes and threads at the
+#: defaults (c.Sandbox.processes, c.Sandbox.threads), as a class is graded.
 SETTINGS = f"""
 c = get_config()
 c.merge(__import__("autograder.config").config.course_config())
@@ -46,7 +43,6 @@ c.Sandbox.cpu_seconds = 120
 c.Sandbox.wall_seconds = {WALL_SECONDS}
 c.Sandbox.disk_mb = 64
 c.Sandbox.output_kb = 2048
-c.Sandbox.threads = 0
 """
 #: An honest notebook doing ordinary things the kernel guard must not flag.
 HONEST_EXTRAS = [
@@ -224,6 +220,9 @@ def test_each_attack_gets_its_outcome(case, graded):
     expected_lost = set(case.loses) | set(stopped_tests(case.loses_from, graded["solved"]) if case.loses_from else [])
     if case.full:
         assert result.score == result.max_score, (result.status, sorted(lost))
+    if case.shows:
+        autograded = graded["root"] / "autograded" / case.name / LAB / f"{LAB}.ipynb"
+        assert case.shows in autograded.read_text(), f"the autograded notebook does not say {case.shows!r}"
     if expected_lost:
         assert lost == expected_lost, (result.status, sorted(lost))
     if case.flagged:
