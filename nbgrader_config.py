@@ -14,7 +14,8 @@ below the merge, e.g.
     c.Execute.timeout = 300          # seconds a cell may run while graded
     c.Sandbox.memory_mb = 8192       # address space of a graded kernel
     c.Sandbox.cpu_seconds = 900      # CPU time of one graded notebook
-    c.Sandbox.processes = 64         # processes and threads of one graded kernel
+    c.Sandbox.processes = 64         # processes of one graded kernel (more: stopped as a fork bomb)
+    c.Sandbox.threads = 0            # room for threads (default 1024: the CUDA simulator's full block)
     c.Sandbox.workers = 4            # notebooks graded at once (0: one per CPU core)
     c.Sandbox.chunk_size = 1         # students per nbgrader run of a worker (progress after each)
     c.Sandbox.bubblewrap = False     # resource limits only, no isolation

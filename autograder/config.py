@@ -66,8 +66,19 @@ class Sandbox(Configurable):
     wall_seconds = Int(900, help="Wall-clock seconds one notebook may take in all (kernel start included); "
                                  "cells after that are not run and fail.").tag(config=True)
     memory_mb = Int(4096, help="Address space of the kernel, MiB.").tag(config=True)
-    processes = Int(256, help="Processes and threads the kernel may have at once (Numba's CUDA simulator "
-                               "runs one thread per GPU thread of a block).").tag(config=True)
+    processes = Int(256, help="Processes the kernel may have at once, its threads not counted (bubblewrap's "
+                               "init and the kernel among them): the supervisor counts the sandbox's processes "
+                               "every 30 ms and, past this many, stops the kernel as a fork bomb; that cell and "
+                               "the cells after it fail with that reason (with bubblewrap only). Also part of "
+                               "the task cap, see `threads`.").tag(config=True)
+    threads = Int(1024, help="Room for threads in the task cap: Linux counts a thread like a process, and the "
+                             "kernel's tasks (processes and threads together) are capped at processes + threads, "
+                             "by a cgroup's pids.max where one can be made and always by RLIMIT_NPROC. 1024 "
+                             "fits Numba's CUDA simulator, which runs one thread per GPU thread of a block (a "
+                             "block holds at most 1024).").tag(config=True)
+    cgroup = Bool(True, help="Cap the kernel's tasks with a pids cgroup of its own too, where one can be made "
+                             "(grading as root, the pids controller mounted); RLIMIT_NPROC caps them in any "
+                             "case.").tag(config=True)
     file_mb = Int(256, help="Largest file the kernel may write, MiB.").tag(config=True)
     disk_mb = Int(512, help="All the kernel may write, MiB: the size of its private /tmp (its working "
                             "folder) and of its /dev/shm, both in memory and gone when it ends.").tag(config=True)
@@ -92,7 +103,8 @@ def sandbox_settings(config: Config, lab: str | None = None, edition: Path | Non
     tests = grade_cells(lab) if lab else {}
     return {
         "bubblewrap": sandbox.bubblewrap, "cpu_seconds": sandbox.cpu_seconds, "wall_seconds": sandbox.wall_seconds,
-        "memory_mb": sandbox.memory_mb, "processes": sandbox.processes, "file_mb": sandbox.file_mb,
+        "memory_mb": sandbox.memory_mb, "processes": sandbox.processes, "threads": sandbox.threads,
+        "cgroup": sandbox.cgroup, "file_mb": sandbox.file_mb,
         "disk_mb": sandbox.disk_mb, "output_kb": sandbox.output_kb, "uid": sandbox.uid,
         "extra_paths": list(sandbox.extra_paths), "environment": list(sandbox.environment),
         "test_cells": sorted(cell_digest(source) for source in tests.values()),

@@ -78,6 +78,7 @@ class Case:
     flag_optional: bool = False  # the kernel may or may not die: a "stopped the kernel" flag is fine
     needs_sandbox: bool = False
     loses_from: str | None = None  # every test cell from this grade_id on fails (the notebook was stopped)
+    shows: str | None = None  # what the autograded notebook must say (why the attack was stopped)
     plant: Callable[[Path, Context], None] | None = None  # writes the submission folder itself (links, FIFOs)
 
 
@@ -251,10 +252,20 @@ CASES = [
          insert_after("compact_strides", "def hog():\n    blocks = []\n    while True:\n"
                                          "        blocks.append(bytearray(2**27))\n\nhog()\n"),
          full=True, flag_optional=True),
-    Case("fork_bomb", "forks until it cannot and keeps the processes: the limit stops it; later cells may "
-         "fail for want of processes, the grader goes on", insert_after(
+    Case("fork_bomb", "forks until it cannot and keeps the processes: past c.Sandbox.processes (256) the "
+         "sandbox's supervisor, counting processes and not threads, stops the kernel; that cell and the cells "
+         "after it fail with the reason, the notebook is graded and flagged", insert_after(
              "compact_strides", "import os, time\nfor _ in range(100000):\n    if os.fork() == 0:\n"
-                                "        time.sleep(20)\n        os._exit(0)\n"), flag_optional=True),
+                                "        time.sleep(20)\n        os._exit(0)\n"),
+         loses_from="compact_strides", flagged="fork bomb: more than 256 processes",
+         shows="the grader stopped the kernel: fork bomb: more than 256 processes", needs_sandbox=True),
+    Case("thread_bomb", "starts threads with small stacks (the address space does not stop them) until it "
+         "cannot and keeps them: the task cap (processes + threads) stops it in that cell, the rest runs",
+         insert_after("compact_strides", "import threading, time\nthreading.stack_size(32768)\nkept = []\n"
+                                         "for _ in range(100000):\n"
+                                         "    kept.append(threading.Thread(target=time.sleep, args=(20,), daemon=True))\n"
+                                         "    kept[-1].start()\n"),
+         full=True, shows="can't start new thread"),
     Case("sleeper", "sleeps cell after cell, each under the cell timeout: the notebook's wall-clock budget "
          "stops it, the tests after it fail and it is flagged",
          insert_after("test_compact_strides_hidden", *[f"import time\ntime.sleep({NAP_S})\n"] * NAPS),

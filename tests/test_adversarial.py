@@ -31,7 +31,8 @@ pytestmark = pytest.mark.slow
 
 SANDBOX = shutil.which("bwrap") is not None
 #: The test course: low limits (see adversarial_corpus), output waited for 10 s after a cell's reply
-#: (a cell that ignores the interrupt costs the cell timeout plus this).
+#: (a cell that ignores the interrupt costs the cell timeout plus this). Processes and threads at the
+#: defaults (c.Sandbox.processes, c.Sandbox.threads), as a class is graded.
 SETTINGS = f"""
 c = get_config()
 c.merge(__import__("autograder.config").config.course_config())
@@ -219,6 +220,9 @@ def test_each_attack_gets_its_outcome(case, graded):
     expected_lost = set(case.loses) | set(stopped_tests(case.loses_from, graded["solved"]) if case.loses_from else [])
     if case.full:
         assert result.score == result.max_score, (result.status, sorted(lost))
+    if case.shows:
+        autograded = graded["root"] / "autograded" / case.name / LAB / f"{LAB}.ipynb"
+        assert case.shows in autograded.read_text(), f"the autograded notebook does not say {case.shows!r}"
     if expected_lost:
         assert lost == expected_lost, (result.status, sorted(lost))
     if case.flagged:

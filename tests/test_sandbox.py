@@ -12,15 +12,20 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import nbformat
 import pytest
 from jupyter_client import KernelManager
 
+from autograder import course
+from autograder.cells import fill, solution_cells
 from autograder.config import GRADING_KERNEL, load_config, sandbox_settings
-from autograder.paths import REPO, SOLUTIONS
+from autograder.paths import LABS, REPO, SOLUTIONS
 from autograder.run.nbgrader_run import grading_environment
-from autograder.sandbox.sandbox import Report, python_paths, report_path, supervise, watch
+from autograder.sandbox.sandbox import (REPORT_LIMIT, Report, join_pids_cgroup, pids_cgroup, python_paths,
+                                       report_path, supervise, task_limit, watch)
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -52,9 +57,9 @@ class Kernel:
         return json.loads(self.run(f"import json as _json\nprint(_json.dumps({expression}))"))
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sandbox")
+@contextmanager
+def started_kernel(tmp: Path, **settings_changes):
+    """A grading kernel in its sandbox, with the course's settings changed by ``settings_changes``."""
     root, work, visible = tmp / "course", tmp / "course" / "autograded" / "s" / "lab01_tensors", tmp / "data"
     work.mkdir(parents=True)
     (work / "lab01_tensors.ipynb").write_text("### BEGIN HIDDEN TESTS")
@@ -66,7 +71,7 @@ def sandbox(tmp_path_factory):
     server.bind(("127.0.0.1", 0))
     server.listen()
     settings = sandbox_settings(load_config(root), "lab01_tensors")
-    settings.update(disk_mb=16, extra_paths=[str(visible)])
+    settings.update(disk_mb=16, extra_paths=[str(visible)], **settings_changes)
     os.environ["MLSYS_HONEYPOT_TOKEN"] = SECRET
     try:
         with grading_environment(root, settings) as runtime:
@@ -75,13 +80,22 @@ def sandbox(tmp_path_factory):
             client = manager.client()
             client.start_channels()
             client.wait_for_ready(timeout=60)
-            yield {"kernel": Kernel(manager, client), "root": root, "work": work, "visible": visible,
-                   "port": server.getsockname()[1], "report": report_path(Path(manager.connection_file))}
-            client.stop_channels()
-            manager.shutdown_kernel(now=False)
+            try:
+                yield {"kernel": Kernel(manager, client), "root": root, "work": work, "visible": visible,
+                       "port": server.getsockname()[1], "report": report_path(Path(manager.connection_file)),
+                       "settings": settings}
+            finally:
+                client.stop_channels()
+                manager.shutdown_kernel(now=False)
     finally:
         os.environ.pop("MLSYS_HONEYPOT_TOKEN", None)
         server.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    with started_kernel(tmp_path_factory.mktemp("sandbox")) as started:
+        yield started
 
 
 def test_kernel_runs_unprivileged_without_capabilities(sandbox):
@@ -172,6 +186,14 @@ def test_watch_kills_at_the_wall_clock_limit(tmp_path):
     assert events == ["wall_clock", "exit"]
 
 
+def test_the_supervisors_events_are_kept_past_the_report_limit(tmp_path):
+    report = Report(tmp_path / "r.jsonl")
+    report.feed(b'{"event": "noise"}\n' * (REPORT_LIMIT // 10))
+    report.event("limit", what="fork bomb: more than 256 processes")
+    events = [json.loads(line)["event"] for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert events[-2:] == ["truncated", "limit"] and (tmp_path / "r.jsonl").stat().st_size < REPORT_LIMIT + 200
+
+
 def test_watch_notes_a_report_channel_closed_early(tmp_path):
     read_end, write_end = os.pipe()
     code = f"import os, time; os.write({write_end}, b'{{\"event\": \"ready\"}}\\n'); os.close({write_end}); time.sleep(8)"
@@ -180,6 +202,70 @@ def test_watch_notes_a_report_channel_closed_early(tmp_path):
     watch(child, read_end, Report(tmp_path / "r.jsonl"), seconds=30)
     events = [json.loads(line)["event"] for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert events == ["ready", "closed", "exit"]
+
+
+def in_pid_namespace(code: str, marker: str) -> subprocess.Popen:
+    """``code`` run by this Python (``marker`` its argument) in a PID namespace of bubblewrap's, as a graded
+    kernel runs: the system read-only, a /proc of the namespace's own."""
+    user = [] if os.geteuid() == 0 else ["--unshare-user"]
+    return subprocess.Popen(["bwrap", "--unshare-pid", *user, "--die-with-parent", "--ro-bind", "/", "/", "--proc",
+                             "/proc", "--dev", "/dev", "--", sys.executable, "-c", code, marker])
+
+
+def processes_with(marker: str) -> list[int]:
+    """This machine's processes with ``marker`` among their arguments."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+#: 300 processes of one thread each: children that sleep, forked one after the other.
+THREE_HUNDRED_PROCESSES = "import os, time\nfor _ in range(299):\n    if os.fork() == 0:\n        time.sleep(60)\n" \
+                          "        os._exit(0)\ntime.sleep(60)\n"
+#: One process of 1000 threads (small stacks) that all live at once, for 2 s; it fails if they do not.
+THOUSAND_THREADS = """
+import os, threading, time
+threading.stack_size(262144)
+for _ in range(1000):
+    threading.Thread(target=time.sleep, args=(2,), daemon=True).start()
+assert len(os.listdir('/proc/self/task')) > 1000
+time.sleep(2.5)
+"""
+
+
+def test_watch_stops_a_sandbox_past_its_process_budget(tmp_path):
+    """300 processes (one thread each) against a budget of 256: the whole sandbox is killed within moments,
+    every process of it, and the report says why."""
+    marker = f"mlsys-forks-{os.getpid()}"
+    read_end, write_end = os.pipe()  # the report channel, held open as the kernel's guard would
+    child = in_pid_namespace(THREE_HUNDRED_PROCESSES, marker)
+    start = time.monotonic()
+    status = watch(child, read_end, Report(tmp_path / "r.jsonl"), seconds=50, processes=256)
+    os.close(write_end)
+    assert time.monotonic() - start < 20 and status != 0
+    events = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["limit", "exit"], events
+    assert events[0]["what"] == "fork bomb: more than 256 processes" and 256 < events[0]["processes"] <= 301, events
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:  # the namespace's end kills them all
+        time.sleep(0.1)
+    assert processes_with(marker) == []
+
+
+def test_watch_counts_the_threads_of_a_process_as_one(tmp_path):
+    """One process of 1000 threads is one process: not stopped, with a budget of 256."""
+    read_end, write_end = os.pipe()
+    child = in_pid_namespace(THOUSAND_THREADS, f"mlsys-threads-{os.getpid()}")
+    status = watch(child, read_end, Report(tmp_path / "r.jsonl"), seconds=50, processes=256)
+    os.close(write_end)
+    events = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert status == 0 and [e["event"] for e in events] == ["exit"], events
+    assert 2 <= events[0]["processes"] <= 4, events  # counted: bubblewrap's init and the Python process
 
 
 def test_the_system_the_kernel_needs_is_readable(sandbox):
@@ -197,3 +283,114 @@ def test_a_relative_socket_path_is_refused_before_anything_is_made(tmp_path, mon
     with pytest.raises(ValueError, match="absolute socket path"):
         supervise(sandbox_settings(load_config(tmp_path / "course"), "lab01_tensors"), connection, [])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel.json"]
+
+
+#: One block of 1024 threads (a CUDA block's most) on the simulator, launched as a notebook would, without
+#: instrument(): every thread waits at the barrier, so all 1024 are alive at once.
+BLOCK_OF_1024 = """
+import mlsys_lib
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def fill_block(out):
+    i = cuda.threadIdx.x
+    cuda.syncthreads()
+    out[i] = i
+
+filled = np.zeros(1024, np.int64)
+fill_block[1, 1024](filled)
+"""
+COUNT_FILLED = "print(int((filled == np.arange(1024)).sum()))"
+#: A thread bomb held back: threads with small stacks (so the address space is not what stops them),
+#: each waiting, started until the kernel refuses one; then released. Prints how many started.
+THREADS_UNTIL_REFUSED = """
+import os, threading, time
+before = len(os.listdir('/proc/self/task'))
+stack = threading.stack_size(32768)
+release, started = threading.Event(), []
+try:
+    while len(started) < 10000:
+        worker = threading.Thread(target=release.wait, daemon=True)
+        worker.start()
+        started.append(worker)
+except RuntimeError:
+    pass
+finally:
+    release.set()
+    threading.stack_size(stack)
+for worker in started:
+    worker.join()
+deadline = time.monotonic() + 30
+while len(os.listdir('/proc/self/task')) > before and time.monotonic() < deadline:  # joined, not yet ended
+    time.sleep(0.05)
+print(len(started))
+"""
+
+#: A fork bomb: children that wait, forked until the kernel refuses one (the task cap) or is stopped.
+FORK_BOMB = """
+import os, time
+forked = 0
+while forked < 10000:
+    if os.fork() == 0:
+        time.sleep(300)
+        os._exit(0)
+    forked += 1
+"""
+
+
+def pids_cgroups_available() -> bool:
+    """Whether this grader can cap a kernel with a pids cgroup (root, the controller mounted and delegated)."""
+    if os.geteuid() != 0:
+        return False
+    probe = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                             preexec_fn=lambda: join_pids_cgroup(8))
+    group = pids_cgroup(probe.pid)
+    probe.communicate(b"")
+    if group:
+        group.rmdir()
+    return group is not None
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "rlimit-only"])
+def test_a_block_of_1024_simulator_threads_runs_under_the_task_cap(tmp_path, cgroup):
+    """The simulator's thread per GPU thread fits (c.Sandbox.threads); processes + threads still caps the
+    kernel's tasks (by a pids cgroup where one can be made, else by RLIMIT_NPROC alone), and a fork bomb is
+    stopped at c.Sandbox.processes by the supervisor, which counts processes and not threads."""
+    with started_kernel(tmp_path, cgroup=cgroup) as started:
+        kernel, limit, processes = started["kernel"], task_limit(started["settings"]), started["settings"]["processes"]
+        assert started["settings"]["threads"] >= 1024 and limit == processes + 1024
+        assert kernel.run(BLOCK_OF_1024 + COUNT_FILLED, timeout=120).strip() == "1024"
+        threads = int(kernel.run(THREADS_UNTIL_REFUSED, timeout=120))
+        # the kernel's own threads (and, in the cgroup, bubblewrap's processes) take the rest
+        assert limit - 32 <= threads < limit, (threads, limit)
+        assert kernel.run(BLOCK_OF_1024 + COUNT_FILLED, timeout=120).strip() == "1024"  # the released threads are gone
+        kernel.client.execute(FORK_BOMB)
+        deadline = time.monotonic() + 120  # forking a kernel takes ~20 ms a child here
+        while kernel.manager.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not kernel.manager.is_alive(), "the fork bomb was not stopped"
+        report = started["report"]
+    events = [json.loads(line) for line in report.read_text().splitlines()]
+    tasks = [e for e in events if e.get("event") == "tasks"]
+    assert tasks == [{"event": "tasks", "limit": limit, "cgroup": cgroup and pids_cgroups_available(),
+                      "processes": processes, "by": "supervisor"}], tasks
+    (stopped,) = [e for e in events if e.get("event") == "limit"]
+    assert stopped["what"] == f"fork bomb: more than {processes} processes", stopped
+    assert processes < stopped["processes"] < processes + 64, stopped  # counted every 30 ms
+
+
+@pytest.mark.slow
+def test_a_notebook_launching_a_block_of_1024_threads_is_graded_with_its_points(tmp_path):
+    """Through the course tool, with the course's default limits: a Lab 1 answer that first launches one
+    block of 1024 simulator threads, and defines compact_strides only if every thread wrote its index."""
+    lab = "lab01_tensors"
+    answers = solution_cells(lab)
+    answers["compact_strides"] = (BLOCK_OF_1024 + "assert (filled == np.arange(1024)).all()\n\n\n"
+                                  + answers["compact_strides"])
+    notebook = fill(nbformat.read(LABS / lab / f"{lab}.ipynb", as_version=4), answers)
+    (tmp_path / "subs" / "sim").mkdir(parents=True)
+    nbformat.write(notebook, tmp_path / "subs" / "sim" / f"{lab}.ipynb")
+    start = time.monotonic()
+    (result,) = course.grade(lab, tmp_path / "subs", root=tmp_path / "course", workers=1, log=lambda message: None)
+    assert result.status == "graded" and result.score == result.max_score > 0, (result, time.monotonic() - start)

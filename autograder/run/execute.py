@@ -15,8 +15,10 @@ nbgrader's own it
   Numba, or a stack it printed, is not a failed test; the text stays, as stdout);
 * when a cell does not stop at the grader's interrupt (it ignores ``KeyboardInterrupt``), fails it
   and does not run the cells after it, rather than failing the whole notebook;
-* when a cell kills the kernel, writes that cell's index to ``$MLSYS_KILLER_CELL`` so the grader can
-  skip the cell and grade again (see :func:`autograder.run.batch.grade_one`);
+* when the sandbox's supervisor stopped the kernel at one of its limits (it reports a ``limit``: a fork
+  bomb), fails that cell and the cells after it with the limit's reason, and the notebook is graded;
+* when a cell kills the kernel otherwise, writes that cell's index to ``$MLSYS_KILLER_CELL`` so the
+  grader can skip the cell and grade again (see :func:`autograder.run.batch.grade_one`);
 * after the notebook, reads what the kernel guard and the sandbox supervisor reported (see
   :mod:`autograder.sandbox.kernel` and :mod:`autograder.sandbox.sandbox`) and writes the reasons to
   look at the submission again to ``$MLSYS_GRADING_NOTES/<student>.json`` (and to nbgrader's log).
@@ -111,7 +113,7 @@ class SandboxedExecute(Execute):
         self._output_left = settings.get("output_kb", 0) * 1024 or None
         self._dropped: set[int] = set()
         self._connection_file: str | None = None
-        self._stuck: int | None = None  # a cell that ignored the interrupt: the kernel is busy for good
+        self._stopped: NotebookNode | None = None  # the error of the cells not run: the kernel is busy or gone
         self._notes = {"flags": []}
         student = (resources or {}).get("nbgrader", {}).get("student")
         try:
@@ -132,8 +134,8 @@ class SandboxedExecute(Execute):
             self._connection_file = self.km.connection_file
         if cell.cell_type != "code" or not cell.source.strip():
             return super().preprocess_cell(cell, resources, index)
-        if self._stuck is not None:
-            cell.outputs = [_error("NotebookTimeout", f"not run: cell {self._stuck} did not stop when interrupted")]
+        if self._stopped is not None:
+            cell.outputs = [self._stopped]
             return cell, resources
         if self._deadline is not None and time.monotonic() >= self._deadline:
             cell.outputs = [_error("NotebookTimeout", f"not run: the notebook used all of its {self._budget} s")]
@@ -144,11 +146,17 @@ class SandboxedExecute(Execute):
         try:
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
+            limit = self._limit_reached()
+            if limit:
+                cell.outputs.append(_error("SandboxLimit", f"the grader stopped the kernel: {limit}"))
+                self._stopped = _error("SandboxLimit",
+                                       f"not run: the grader stopped the kernel in cell {index}: {limit}")
+                return cell, resources
             if os.environ.get(KILLER_ENV):
                 Path(os.environ[KILLER_ENV]).write_text(str(index))
             raise
         except CellTimeoutError:  # interrupted at its timeout, and still busy afterwards
-            self._stuck = index
+            self._stopped = _error("NotebookTimeout", f"not run: cell {index} did not stop when interrupted")
             cell.outputs.append(_error("CellTimeoutError", "the cell did not stop when the grader interrupted it"))
             self._notes["flags"].append(f"cell {index} ignored the grader's interrupt: the cells after it were not run")
             return cell, resources
@@ -159,6 +167,14 @@ class SandboxedExecute(Execute):
                     output["name"] = "stdout"
             cell.outputs = kept
         return cell, resources
+
+    def _limit_reached(self) -> str | None:
+        """Why the sandbox's supervisor stopped the kernel (its ``limit`` report), if it did."""
+        if not self._connection_file:
+            return None
+        limits = [e for e in _events(report_path(Path(self._connection_file)))
+                  if e.get("event") == "limit" and e.get("by") == "supervisor"]
+        return str(limits[0].get("what", "a limit"))[:200] if limits else None
 
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)
@@ -239,13 +255,15 @@ def kernel_flags(report: Path, nb) -> list[str]:
             flags.append("the notebook closed the grader's report channel")
         elif kind == "wall_clock":
             flags.append("the kernel was killed at the notebook's wall-clock limit")
+        elif kind == "limit":
+            flags.append(f"the grader stopped the kernel: {str(event.get('what', ''))[:200]}")
         elif kind == "truncated":
             flags.append("the kernel reported more than the grader keeps (report truncated)")
     if not any(e.get("event") == "exit" for e in events):
         flags.append("the kernel did not end cleanly (its supervisor reported no exit)")
     compiled = {e.get("sha") for e in by_guard if e.get("event") == "cell" and e.get("test")}
     complete = any(e.get("event") == "exit" for e in events) and not any(
-        e.get("event") in ("closed", "truncated", "wall_clock") for e in events)
+        e.get("event") in ("closed", "truncated", "wall_clock", "limit") for e in events)
     if complete:
         for index, cell in enumerate(nb.cells):
             ran = cell.get("execution_count") and not any(o.get("ename") == "NotebookTimeout" for o in cell.get("outputs", []))

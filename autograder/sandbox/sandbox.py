@@ -21,11 +21,21 @@ No instructor home, course folder, submissions, solutions, git history or other 
 machine is visible; nothing tells the kernel what is hidden. When the grader runs as root, the
 kernel drops to an unprivileged user id of its own (:mod:`autograder.sandbox.kernel.start`), so
 files only root may read stay unreadable even where they are visible. CPU seconds, address space,
-file size, processes and (via the supervisor) wall-clock time are limited.
+file size, tasks, processes and (via the supervisor) wall-clock time are limited:
+
+* tasks (processes and threads, which Linux counts alike): ``c.Sandbox.processes + c.Sandbox.threads``,
+  the hard ceiling, by ``pids.max`` of a cgroup of the kernel's own when the grader runs as root and
+  can make one, and by ``RLIMIT_NPROC`` in every case; ``threads`` is room for the CUDA simulator's
+  thread per GPU thread of a block;
+* processes alone (threads not counted): ``c.Sandbox.processes``. Linux has no such limit, so the
+  supervisor counts the processes of the sandbox's PID namespace every :data:`PROCESS_POLL_S` and stops
+  the whole sandbox past the budget, as a fork bomb (with bubblewrap only: without it only the task cap
+  applies).
 
 The supervisor copies what the kernel guard (:mod:`autograder.sandbox.kernel`) writes to its report
 pipe into ``<connection file>.report.jsonl`` (a folder the kernel cannot see), bounded, and adds what
-it observed itself: the pipe closed early, the wall-clock limit reached.
+it observed itself: the pipe closed early, the wall-clock limit reached, a ``limit`` that made it stop
+the kernel (its ``what`` says which, for the notebook's cells and the instructor).
 """
 
 from __future__ import annotations
@@ -51,6 +61,10 @@ NOBODY = 65534
 #: Seconds the supervisor waits past the notebook's wall-clock limit before it kills the kernel
 #: (the grader stops sending cells at the limit; this is the backstop).
 KILL_GRACE_S = 60
+#: Seconds between two counts of the sandbox's processes by the supervisor (:func:`sandbox_processes`, about
+#: 0.05 ms each): a fork bomb is stopped within about this of passing ``c.Sandbox.processes``, the task
+#: cap bounding what it can start meanwhile.
+PROCESS_POLL_S = 0.03
 #: Most bytes of kernel reports, and of what the kernel writes to its stdout and stderr, kept per notebook.
 REPORT_LIMIT = 512 * 1024
 CONSOLE_LIMIT = 64 * 1024
@@ -179,21 +193,34 @@ def bwrap_command(inner: list[str], settings: dict, sockets: Path, fds: dict[str
     return command + ["--"] + inner
 
 
-def _processes_of_this_user() -> int:
+#: Where the grader makes the kernels' pids cgroups: the cgroup v1 pids hierarchy, or the v2 root.
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+def task_limit(settings: dict) -> int:
+    """Tasks (processes and threads: Linux counts both alike) one kernel may have at once."""
+    return settings["processes"] + settings.get("threads", 0)
+
+
+def _tasks_of_this_user() -> int:
+    """Tasks (threads of every process) of this user: what RLIMIT_NPROC counts against its limit."""
     uid = os.getuid()
     count = 0
     for entry in Path("/proc").iterdir():
         try:
-            count += entry.name.isdigit() and entry.stat().st_uid == uid
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += len(os.listdir(entry / "task"))
         except OSError:
             continue
     return count
 
 
 def join_pids_cgroup(limit: int) -> bool:
-    """Move this process into a fresh cgroup allowing ``limit`` processes; False if none can be made."""
+    """Move this process into a fresh cgroup allowing ``limit`` tasks (``pids.max``); False if none can be
+    made (not root, no pids controller, cgroups not delegated): then RLIMIT_NPROC alone caps the kernel.
+    Run in the sandbox's first process, before it execs bubblewrap."""
     name = f"mlsys-grader-{os.getpid()}"
-    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+    for base in CGROUP_ROOTS:
         group = base / name
         try:
             group.mkdir()
@@ -208,9 +235,36 @@ def join_pids_cgroup(limit: int) -> bool:
     return False
 
 
+def pids_cgroup(pid: int) -> Path | None:
+    """The cgroup :func:`join_pids_cgroup` made for process ``pid``, if ``pid`` is in it; else None."""
+    for base in CGROUP_ROOTS:
+        group = base / f"mlsys-grader-{pid}"
+        try:
+            if str(pid) in (group / "cgroup.procs").read_text().split():
+                return group
+        except OSError:
+            continue
+    return None
+
+
+def sandbox_processes(bwrap: int) -> int | None:
+    """Processes (thread-group leaders: threads do not count) in the PID namespace bubblewrap process ``bwrap``
+    made, its own init and the kernel among them: the entries of the /proc the sandbox mounted. None while
+    that /proc is not in place (the sandbox starting, or gone)."""
+    try:
+        with open(f"/proc/{bwrap}/task/{bwrap}/children") as children:
+            init = children.read().split()[0]  # bubblewrap's only child: the namespace's PID 1
+        proc = f"/proc/{init}/root/proc"
+        if os.stat(proc).st_dev == os.stat("/proc").st_dev:
+            return None  # the sandbox's root is not in place yet: this is the grader's own /proc
+        return sum(name.isdigit() for name in os.listdir(proc))
+    except (OSError, IndexError):
+        return None
+
+
 def remove_empty_cgroups() -> None:
     """Remove the grader's cgroups whose kernels have exited (called by the grader, not the kernel)."""
-    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+    for base in CGROUP_ROOTS:
         for group in base.glob("mlsys-grader-*"):
             try:
                 group.rmdir()
@@ -238,12 +292,17 @@ class Report:
             return
         if self.size + len(line) + 1 > REPORT_LIMIT:
             line = json.dumps({"event": "truncated"}).encode()
+        self._append(line)
+
+    def event(self, name: str, **fields) -> None:
+        """A line of the supervisor's own: kept even past :data:`REPORT_LIMIT` (it writes a few), so a
+        kernel that fills its report cannot hide why it was stopped."""
+        self._append(json.dumps({"event": name, **fields, "by": "supervisor"}).encode())
+
+    def _append(self, line: bytes) -> None:
         self.handle.write(line + b"\n")
         self.handle.flush()
         self.size += len(line) + 1
-
-    def event(self, name: str, **fields) -> None:
-        self.write(json.dumps({"event": name, **fields, "by": "supervisor"}).encode())
 
 
 def prepare(settings: dict, connection: int, sockets: Path, report_fd: int, kernel_args: list[str],
@@ -258,7 +317,9 @@ def prepare(settings: dict, connection: int, sockets: Path, report_fd: int, kern
     uid = settings["uid"] + os.getpid() % 100_000 if privileged else NOBODY
     inner = {
         "cpu_seconds": settings["cpu_seconds"], "memory_mb": settings["memory_mb"], "file_mb": settings["file_mb"],
-        "processes": settings["processes"] if privileged else _processes_of_this_user() + settings["processes"],
+        # RLIMIT_NPROC counts the tasks of the kernel's real user id: its own when grading as root, else
+        # the instructor's, whose tasks of the moment are added
+        "tasks": task_limit(settings) if privileged else _tasks_of_this_user() + task_limit(settings),
         "uid": uid if privileged else None, "workdir": f"/tmp/{Path.cwd().name}", "report_fd": report_fd,
         "test_cells": settings["test_cells"], "pinned": settings["pinned"], "kernel_args": kernel_args,
         "connection": CONNECTION_INSIDE, "probe": probe,
@@ -287,17 +348,28 @@ def supervise(settings: dict, connection_file: Path, kernel_args: list[str]) -> 
     connection_fd = os.open(connection_file, os.O_RDONLY | os.O_NOFOLLOW)
     command, fds = prepare(settings, connection_fd, Path(connection["ip"]).parent, write_end, kernel_args)
     console_read, console_write = os.pipe()
-    limit = settings["processes"]
+    limit = task_limit(settings)
+    cgroup = settings.get("cgroup", True) and os.geteuid() == 0
     child = subprocess.Popen(command, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=console_write,
-                             stderr=console_write,
-                             preexec_fn=(lambda: join_pids_cgroup(limit)) if os.geteuid() == 0 else None)
+                             stderr=console_write, preexec_fn=(lambda: join_pids_cgroup(limit)) if cgroup else None)
     for fd in (*fds, console_write):
         os.close(fd)
+    group = pids_cgroup(child.pid) if cgroup else None
+    processes = settings["processes"] if command[0] == "bwrap" else None  # counted in its PID namespace
+    report = Report(report_path(connection_file))
+    report.event("tasks", limit=limit, cgroup=group is not None, processes=processes)
     # jupyter_client ends a kernel that does not shut down by SIGTERM to the process group: pass it
     # on and keep watching, so the report still gets its "exit"
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
-    return watch(child, read_end, Report(report_path(connection_file)), settings["wall_seconds"] + KILL_GRACE_S,
-                 console_read, console_path(connection_file))
+    try:
+        return watch(child, read_end, report, settings["wall_seconds"] + KILL_GRACE_S,
+                     console_read, console_path(connection_file), processes)
+    finally:
+        if group:
+            try:
+                group.rmdir()  # empty once the sandbox has ended (its PID namespace takes every task with it)
+            except OSError:
+                pass  # remove_empty_cgroups, after the batch, tries again
 
 
 def probe(settings: dict, timeout: float = 120) -> None:
@@ -322,14 +394,18 @@ def probe(settings: dict, timeout: float = 120) -> None:
 
 
 def watch(child: subprocess.Popen, reports: int, report: Report, seconds: float,
-          console: int | None = None, console_log: Path | None = None) -> int:
+          console: int | None = None, console_log: Path | None = None, processes: int | None = None) -> int:
     """Copy ``reports`` into ``report`` until ``child`` ends; kill it after ``seconds``.
 
     ``console`` (the kernel's stdout and stderr) is drained into ``console_log``, its first
     :data:`CONSOLE_LIMIT` bytes kept: nothing the kernel prints reaches the grader's terminal or
-    fills its disk.
+    fills its disk. With ``processes``, ``child`` is bubblewrap: the processes of its PID namespace
+    are counted every :data:`PROCESS_POLL_S`, and past ``processes`` of them it is killed (and with it
+    the namespace) and a ``limit`` reported; the ``exit`` event then says the most processes counted.
     """
     deadline = time.monotonic() + seconds
+    tick = PROCESS_POLL_S if processes is not None else 1.0
+    next_count, most = 0.0, None  # when to count next; the most processes counted
     readers = {reports: report.feed}
     if console is not None:
         log = open(os.open(console_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb")
@@ -341,26 +417,36 @@ def watch(child: subprocess.Popen, reports: int, report: Report, seconds: float,
             log.write(data)
             log.flush()
         readers[console] = keep
+    closing = None  # when the kernel, if it still runs then, closed its report channel early
     while child.poll() is None:
         left = deadline - time.monotonic()
         if left <= 0:
             report.event("wall_clock", seconds=seconds)
             child.kill()
             break
+        if closing is not None and time.monotonic() >= closing:
+            report.event("closed")  # the kernel closed its end while it still ran
+            closing = None
+        if processes is not None and time.monotonic() >= next_count:
+            next_count = time.monotonic() + tick
+            count = sandbox_processes(child.pid)
+            if count is not None:
+                most = max(most or 0, count)
+                if count > processes:
+                    report.event("limit", what=f"fork bomb: more than {processes} processes", processes=count)
+                    child.kill()
+                    break
         if not readers:
-            time.sleep(min(left, 0.2))
+            time.sleep(min(left, tick, 0.2))
             continue
-        for fd in select.select(list(readers), [], [], min(left, 1.0))[0]:
+        for fd in select.select(list(readers), [], [], min(left, tick))[0]:
             data = os.read(fd, 65536)
             if data:
                 readers[fd](data)
                 continue
             del readers[fd]
-            if fd == reports:
-                try:  # the kernel's end closes when it exits, a moment before the sandbox does
-                    child.wait(timeout=min(max(left, 0.1), 5))
-                except subprocess.TimeoutExpired:
-                    report.event("closed")  # the kernel closed its end while it still ran
+            if fd == reports:  # the kernel's end closes when it exits, a moment before the sandbox does
+                closing = time.monotonic() + 5
     while readers:  # what was written just before the end
         ready = select.select(list(readers), [], [], 0.5)[0]
         if not ready:
@@ -372,7 +458,7 @@ def watch(child: subprocess.Popen, reports: int, report: Report, seconds: float,
             else:
                 del readers[fd]
     returncode = child.wait()
-    report.event("exit", status=returncode)
+    report.event("exit", status=returncode, **({"processes": most} if processes is not None else {}))
     return returncode
 
 

@@ -5,13 +5,19 @@
 - :mod:`.start`   the sandbox's entry point: limits, an unprivileged user, then the kernel.
 
 The launcher starts the kernel with ``--IPKernelApp.exec_lines=<exec_line(...)>``, which installs
-the first two before any cell of the notebook runs. This package imports only the standard library
+the first two before any cell of the notebook runs, after giving the threads the kernel starts from
+then on 1 MiB stacks (:data:`THREAD_STACK_BYTES`). This package imports only the standard library
 and (inside the kernel) IPython: nothing else of ``autograder``, nbgrader or nbformat.
 """
 
 from __future__ import annotations
 
 import re
+
+#: Stack size of the threads the graded kernel starts [bytes] (Linux's default is 8 MiB): 1024 threads of
+#: Numba's CUDA simulator, one block's most, then reserve 1 GiB of the kernel's address space, not 8 GiB,
+#: so that a block of 1024 fits the address-space limit (``c.Sandbox.memory_mb``, 4 GiB by default).
+THREAD_STACK_BYTES = 1 << 20
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -36,9 +42,13 @@ def exec_line(report_fd: int, test_cells: list[str], pinned: list[str]) -> str:
 
 
 def install(report_fd: int, test_cells: list[str], pinned: list[str]) -> None:
-    """Install the memory hook, then the guard (which takes the hook's callback as part of the
-    pristine state). Called by :func:`exec_line`'s statement inside the kernel."""
+    """Set the threads' stack size (:data:`THREAD_STACK_BYTES`), install the memory hook, then the guard
+    (which takes the hook's callback as part of the pristine state). Called by :func:`exec_line`'s
+    statement inside the kernel."""
+    import threading
+
     from . import guard, memory
 
+    threading.stack_size(THREAD_STACK_BYTES)
     memory.install()
     guard.install(report_fd, test_cells, pinned)

@@ -4,7 +4,7 @@
 runs inside bubblewrap. It
 
 1. sets hard resource limits the student's code cannot raise (CPU seconds, address space, file
-   size, processes, no core files);
+   size, tasks: processes and threads together, no core files);
 2. when started as root (the grader runs as root: bubblewrap then uses no user namespace), switches
    to the kernel's own unprivileged user id, with no supplementary groups and no capabilities left,
    and refuses to go on if any capability survived;
@@ -28,8 +28,9 @@ import sys
 from pathlib import Path
 
 
-def apply_limits(cpu_seconds: int, memory_mb: int, processes: int, file_mb: int) -> None:
-    """Hard resource limits for this process and everything it starts."""
+def apply_limits(cpu_seconds: int, memory_mb: int, tasks: int, file_mb: int) -> None:
+    """Hard resource limits for this process and everything it starts. ``tasks`` caps the processes and
+    threads of this user id (``RLIMIT_NPROC`` counts both)."""
     def limit(kind, value):
         resource.setrlimit(kind, (value, value))
 
@@ -38,7 +39,7 @@ def apply_limits(cpu_seconds: int, memory_mb: int, processes: int, file_mb: int)
     limit(resource.RLIMIT_CORE, 0)
     if sys.platform.startswith("linux"):
         limit(resource.RLIMIT_AS, memory_mb * 2**20)
-        limit(resource.RLIMIT_NPROC, processes)
+        limit(resource.RLIMIT_NPROC, tasks)
 
 
 def drop_privileges(uid: int) -> None:
@@ -75,7 +76,7 @@ def seed_numba_cache(package: Path, cache_dir: str) -> int:
 def main(argv: list[str]) -> None:
     (raw,) = argv
     settings = json.loads(raw)
-    apply_limits(settings["cpu_seconds"], settings["memory_mb"], settings["processes"], settings["file_mb"])
+    apply_limits(settings["cpu_seconds"], settings["memory_mb"], settings["tasks"], settings["file_mb"])
     if settings.get("uid") is not None and os.getuid() == 0:
         drop_privileges(settings["uid"])
     if settings.get("workdir"):
