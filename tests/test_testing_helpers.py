@@ -482,10 +482,13 @@ def test_deterministic():
         deterministic(lambda rng: random.random(), seed_matters=False)
 
 
-def test_importing_the_helpers_leaves_numba_unimported():
+@pytest.mark.parametrize("module", ["mlsys_lib.testing", "mlsys_lib.distributed"])
+def test_what_simulated_ranks_import_leaves_numba_unimported(module):
     # Every simulated rank of a collectives test imports mlsys_lib.testing (its reference_guard travels
     # with the job): pulling Numba in there made each of Lab 7's launches 0.3 s slower, its tests 8x.
+    # Lab 11's ranks import mlsys_lib.distributed, which imported Numba through the memory planner:
+    # its wrong-answer fixtures took 5x as long.
     import subprocess
     import sys
-    code = "import sys, mlsys_lib.testing; print('numba' in sys.modules)"
+    code = f"import sys, {module}; print('numba' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -16,11 +16,11 @@ Tensors whose live intervals do not overlap in time may share addresses. The pla
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from .graph import GRAPH_INPUT_KINDS, TrainingGraph
 from .liveness import Interval, check_intervals, execution_order, liveness
@@ -65,11 +65,19 @@ def _greedy(intervals: Sequence[Interval], by_size: bool) -> MemoryPlan:
     end = np.array([iv.end for iv in intervals], dtype=np.int64)
     size = np.array([iv.size for iv in intervals], dtype=np.int64)
     primary, secondary = (-size, start) if by_size else (start, -size)
-    offset = _place(np.lexsort((secondary, primary)), start, end, size, by_size)
+    offset = _compiled_place()(np.lexsort((secondary, primary)), start, end, size, by_size)
     return MemoryPlan({iv.name: int(o) for iv, o in zip(intervals, offset)}, int((offset + size).max(initial=0)))
 
 
-@njit(cache=True)
+@functools.cache
+def _compiled_place():
+    """:func:`_place` compiled by Numba, on first use: importing Numba costs about a second, which every
+    simulated rank of Lab 11 paid for nothing when this module imported it (``mlsys_lib.distributed``
+    imports it for the memory accounting)."""
+    from numba import njit
+    return njit(cache=True)(_place)
+
+
 def _place(order, start, end, size, best):
     """Offsets for the tensors taken in ``order``, each placed beside the already placed tensors whose
     lifetimes overlap its own: in the first gap that fits it, or (``best``) the smallest one (the lowest

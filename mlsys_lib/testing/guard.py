@@ -13,6 +13,7 @@ mistake in A costs A's points once and not B's as well.
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from typing import Callable, Iterator
 
@@ -27,16 +28,22 @@ def _qualified_name(func: types.FunctionType) -> str:
 
 def _raising_code(func: types.FunctionType) -> types.CodeType:
     """A code object that raises ReferenceUsedError naming ``func``, with ``func``'s free variables."""
-    message = (f"this answer calls the library's reference {_qualified_name(func)}; "
-               "the exercise asks you to write it yourself")
-    freevars = func.__code__.co_freevars  # the new code must close over as many cells
-    lines = ["def _outer():", *(f"    {name} = None" for name in freevars),
-             "    def guarded(*args, **kwargs):", *(f"        {name}" for name in freevars),
+    return _raising_code_for(_qualified_name(func), func.__code__.co_freevars)
+
+
+@functools.cache
+def _raising_code_for(name: str, freevars: tuple[str, ...]) -> types.CodeType:
+    """:func:`_raising_code` of the function called ``name`` closing over ``freevars``, compiled once:
+    a test that enters the guard in a loop (Lab 10's speculative sampling, thousands of draws) spent
+    most of its time compiling it again."""
+    message = f"this answer calls the library's reference {name}; the exercise asks you to write it yourself"
+    lines = ["def _outer():", *(f"    {var} = None" for var in freevars),
+             "    def guarded(*args, **kwargs):", *(f"        {var}" for var in freevars),
              f"        raise __import__('mlsys_lib.testing.guard', fromlist=['_']).ReferenceUsedError({message!r})",
              "    return guarded"]
     source = "\n".join(lines) + "\n"
     namespace: dict = {}
-    exec(compile(source, f"<reference guard of {_qualified_name(func)}>", "exec"), namespace)
+    exec(compile(source, f"<reference guard of {name}>", "exec"), namespace)
     return namespace["_outer"]().__code__
 
 
