@@ -184,45 +184,53 @@ def grade_samples(lab: str, root: Path, *, wrong: int | None = None,
     return rows
 
 
+def timed_fixture_verdicts(lab: str) -> tuple[list[tuple[str, list[str]]], float]:
+    """:func:`fixture_verdicts` of ``lab`` and the seconds they took (run in a process of their own)."""
+    start = time.monotonic()
+    return fixture_verdicts(lab), time.monotonic() - start
+
+
 def _cmd_all(args) -> int:
     """``make course``: release every lab; grade each lab's solution and untouched release through nbgrader
-    in the sandbox (the real path) and check every wrong-answer fixture by forking (``--all-samples``:
-    grade every fixture through nbgrader instead, as ``make check-all`` does), while another process
-    renders the lectures (small sizes; ``--full-figures``: the full ones); then summarize: a line per lab
-    (every sample's line with ``-v``, else only those that FAIL)."""
-    root = course_dir()
+    in the sandbox (the real path), while one process checks every wrong-answer fixture by forking from
+    the solution notebook (``--all-samples``: every fixture is graded through nbgrader instead, as
+    ``make check-all`` does) and another renders the lectures (small sizes; ``--full-figures``: the full
+    ones); then summarize: a line per lab (every sample's line with ``-v``, else only those that FAIL).
+
+    The grading waits on kernels much of the time, so the three share the cores well; the processes
+    share this one's standard output and error (the course log's, unless -v)."""
+    root, start = course_dir(), time.monotonic()
     released = course.release()
-    print(f"released {len(released)} notebook(s) into labs/")
+    print(f"released {len(released)} notebook(s) into labs/ ({time.monotonic() - start:.0f} s)")
     ok = True
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as lectures:
-        # the process shares this one's standard output and error: the course log's unless -v
-        rendering = lectures.submit(render_lectures, quick=not args.full_figures)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as helpers:
+        rendering = helpers.submit(render_lectures, quick=not args.full_figures)
+        checking = {} if args.all_samples else {lab: helpers.submit(timed_fixture_verdicts, lab) for lab in lab_names()}
         for lab in lab_names():
             start, progress = time.monotonic(), Progress(args.verbose, prefix=f"{lab:<18} ")
-            graded = grade_samples(lab, root, wrong=None if args.all_samples else 0, log=progress)
-            graded_s, start = time.monotonic() - start, time.monotonic()
-            progress.show("checking the wrong answers by forking ...")
-            forked = [] if args.all_samples else [
-                (not notes, f"  {'FAIL' if notes else 'ok  '} wrong_{name:<26} by forking: " + ("; ".join(notes) or
-                                                                                         "lost exactly its tests"))
-                for name, notes in fixture_verdicts(lab)]
+            rows = grade_samples(lab, root, wrong=None if args.all_samples else 0, log=progress)
+            how = f"{len(rows)} through nbgrader {time.monotonic() - start:.0f} s"
+            if lab in checking:
+                progress.show("checking the wrong answers by forking ...")
+                verdicts, seconds = checking[lab].result()
+                rows += [(not notes, f"  {'FAIL' if notes else 'ok  '} wrong_{name:<26} by forking: "
+                                     + ("; ".join(notes) or "lost exactly its tests")) for name, notes in verdicts]
+                how += f", {len(verdicts)} by forking {seconds:.0f} s"
             progress.clear()
-            rows = graded + forked
             good = sum(row_ok for row_ok, _ in rows)
             ok &= good == len(rows)
-            how = (f"{len(graded)} through nbgrader {graded_s:.0f} s"
-                   + (f", {len(forked)} by forking {time.monotonic() - start:.0f} s" if forked else ""))
             print(f"{lab:<18} {progress_bar(good, len(rows))} {good}/{len(rows)} samples scored as they must"
                   + (f", {len(rows) - good} FAIL" if good < len(rows) else "") + f" ({how})")
             for row_ok, line in rows:
                 if args.verbose or not row_ok:
                     print(line)
-        progress = Progress(args.verbose)
+        progress, start = Progress(args.verbose), time.monotonic()
         progress.show("rendering the lecture notebooks ...")
         rendered = rendering.result()
         progress.clear()
     print(f"lecture figures: {len(rendered.figures)} written to lectures/figures/"
-          + ("" if args.full_figures else " (small sizes; `make plots` draws the full ones)"))
+          + ("" if args.full_figures else " (small sizes; `make plots` draws the full ones)")
+          + f" (waited {time.monotonic() - start:.0f} s for them after the grading)")
     _report_claims(rendered)
     print(f"grades: {root / 'grades.csv'}   feedback: {root / 'feedback'}")
     _say_log(args)

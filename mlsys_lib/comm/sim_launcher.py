@@ -60,7 +60,9 @@ def new_token() -> str:
 def _context() -> BaseContext:
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["numpy", "cloudpickle", "mlsys_lib.comm.sim_launcher"])
+        # what every rank imports, once per fork server instead of once per rank (NumPy 2 imports
+        # numpy.random only when first used: the course's tests use it in each rank)
+        ctx.set_forkserver_preload(["numpy", "numpy.random", "cloudpickle", "mlsys_lib.comm.sim_launcher"])
         return ctx
     return mp.get_context("spawn")
 
