@@ -62,9 +62,13 @@ class Sandbox(Configurable):
     """
 
     bubblewrap = Bool(True, help="Run each kernel inside bubblewrap when the bwrap command exists.").tag(config=True)
-    cpu_seconds = Int(600, help="CPU seconds one notebook may use in all.").tag(config=True)
-    wall_seconds = Int(900, help="Wall-clock seconds one notebook may take in all (kernel start included); "
-                                 "cells after that are not run and fail.").tag(config=True)
+    cpu_seconds = Int(600, help="CPU seconds one notebook's kernel may use in all. A kernel stopped at this "
+                                "limit fails the cell it was running and the cells after it; the notebook is "
+                                "graded so, once, not again.").tag(config=True)
+    wall_seconds = Int(900, help="Wall-clock seconds for grading one student's notebook in all: kernel start "
+                                 "included, and every attempt together (a notebook graded again after a cell "
+                                 "killed its kernel gets what the earlier attempts left); cells after that are "
+                                 "not run and fail, and no attempt starts once nothing is left.").tag(config=True)
     memory_mb = Int(4096, help="Address space of the kernel, MiB.").tag(config=True)
     processes = Int(256, help="Processes and threads the kernel may have at once (Numba's CUDA simulator "
                                "runs one thread per GPU thread of a block).").tag(config=True)

@@ -3,7 +3,7 @@
 ``python -m autograder.sandbox.kernel.start SETTINGS_JSON`` is what :mod:`autograder.sandbox.sandbox`
 runs inside bubblewrap. It
 
-1. sets hard resource limits the student's code cannot raise (CPU seconds, address space, file
+1. sets resource limits the student's code cannot raise (CPU seconds, address space, file
    size, processes, no core files);
 2. when started as root (the grader runs as root: bubblewrap then uses no user namespace), switches
    to the kernel's own unprivileged user id, with no supplementary groups and no capabilities left,
@@ -28,12 +28,22 @@ import sys
 from pathlib import Path
 
 
+#: CPU seconds past ``cpu_seconds`` before SIGKILL, for a kernel that ignores SIGXCPU.
+CPU_GRACE_S = 5
+
+
 def apply_limits(cpu_seconds: int, memory_mb: int, processes: int, file_mb: int) -> None:
-    """Hard resource limits for this process and everything it starts."""
+    """Hard resource limits for this process and everything it starts.
+
+    CPU time: at ``cpu_seconds`` the kernel gets SIGXCPU, which ends it (bubblewrap exits with
+    128 + SIGXCPU, which tells the grader a limit stopped it, not a cell: it does not grade the
+    notebook again); SIGKILL :data:`CPU_GRACE_S` later if it caught the signal. With equal limits the
+    system would send SIGKILL alone, which a cell can send itself too.
+    """
     def limit(kind, value):
         resource.setrlimit(kind, (value, value))
 
-    limit(resource.RLIMIT_CPU, cpu_seconds)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + CPU_GRACE_S))
     limit(resource.RLIMIT_FSIZE, file_mb * 2**20)
     limit(resource.RLIMIT_CORE, 0)
     if sys.platform.startswith("linux"):
