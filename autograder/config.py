@@ -165,9 +165,10 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     c.Execute.record_timing = False
     c.KernelManager.transport = "ipc"  # Unix sockets: the sandboxed kernel has no network at all
     # A graded kernel that has not ended half this long after its shutdown request gets SIGTERM (the
-    # sandbox supervisor passes it on and reports the exit), after the rest SIGKILL. The default (5 s)
-    # made every kernel that lingers at exit (one in a few, when guarded) cost 2.5 s; much less than
-    # 3 s kills the supervisor of a sandbox whose private folders hold many files before it reports.
+    # sandbox supervisor passes it on and reports the exit), after the rest SIGKILL. A backstop: the
+    # sandboxed kernel ends by itself a moment after answering (autograder/sandbox/kernel/shutdown.py,
+    # which removed a race in ipykernel that left one kernel in three waiting for this SIGTERM); much
+    # less than 3 s kills the supervisor of a sandbox whose private folders hold many files before it reports.
     c.KernelManager.shutdown_wait_time = 3.0
     # The feedback a student reads must not show hidden tests: neither their source (nbgrader
     # restores it into the autograded copy; ClearHiddenTests removes it) nor anything the hidden tests
