@@ -62,9 +62,13 @@ class Sandbox(Configurable):
     """
 
     bubblewrap = Bool(True, help="Run each kernel inside bubblewrap when the bwrap command exists.").tag(config=True)
-    cpu_seconds = Int(600, help="CPU seconds one notebook may use in all.").tag(config=True)
-    wall_seconds = Int(900, help="Wall-clock seconds one notebook may take in all (kernel start included); "
-                                 "cells after that are not run and fail.").tag(config=True)
+    cpu_seconds = Int(600, help="CPU seconds one notebook's kernel may use in all. A kernel stopped at this "
+                                "limit fails the cell it was running and the cells after it; the notebook is "
+                                "graded so, once, not again.").tag(config=True)
+    wall_seconds = Int(900, help="Wall-clock seconds for grading one student's notebook in all: kernel start "
+                                 "included, and every attempt together (a notebook graded again after a cell "
+                                 "killed its kernel gets what the earlier attempts left); cells after that are "
+                                 "not run and fail, and no attempt starts once nothing is left.").tag(config=True)
     memory_mb = Int(4096, help="Address space of the kernel, MiB.").tag(config=True)
     processes = Int(256, help="Processes the kernel may have at once, its threads not counted (bubblewrap's "
                                "init and the kernel among them): the supervisor counts the sandbox's processes "
@@ -173,9 +177,10 @@ def course_config(root: Path | None = None, release_dir: Path | None = None) -> 
     c.Execute.record_timing = False
     c.KernelManager.transport = "ipc"  # Unix sockets: the sandboxed kernel has no network at all
     # A graded kernel that has not ended half this long after its shutdown request gets SIGTERM (the
-    # sandbox supervisor passes it on and reports the exit), after the rest SIGKILL. The default (5 s)
-    # made every kernel that lingers at exit (one in a few, when guarded) cost 2.5 s; much less than
-    # 3 s kills the supervisor of a sandbox whose private folders hold many files before it reports.
+    # sandbox supervisor passes it on and reports the exit), after the rest SIGKILL. A backstop: the
+    # sandboxed kernel ends by itself a moment after answering (autograder/sandbox/kernel/shutdown.py,
+    # which removed a race in ipykernel that left one kernel in three waiting for this SIGTERM); much
+    # less than 3 s kills the supervisor of a sandbox whose private folders hold many files before it reports.
     c.KernelManager.shutdown_wait_time = 3.0
     # The feedback a student reads must not show hidden tests: neither their source (nbgrader
     # restores it into the autograded copy; ClearHiddenTests removes it) nor anything the hidden tests

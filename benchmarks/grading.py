@@ -32,6 +32,7 @@ import nbformat  # noqa: E402
 from adversarial_corpus import CASES, Context, write_case  # noqa: E402
 from autograder import course  # noqa: E402
 from autograder.authoring import samples  # noqa: E402
+from autograder.config import TOOL_ENV  # noqa: E402
 from autograder.paths import SOLUTIONS  # noqa: E402
 
 FAST_ATTACKS = ["wrong_kernel", "sys_exit", "enormous_output", "asks_input"]
@@ -66,6 +67,7 @@ def plain_nbgrader(lab: str, names: list[str], folder: Path) -> tuple[float, flo
         dest.mkdir(parents=True)
         shutil.copyfile(folder / "class" / name / f"{lab}.ipynb", dest / f"{lab}.ipynb")
     env = dict(os.environ, MLSYS_COURSE_DIR=str(root), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env.pop(TOOL_ENV, None)  # set in this process by the course tool's gradebook step; nbgrader's own is measured
     seconds = []
     for step in ("autograde", "generate_feedback"):
         start = time.perf_counter()
@@ -103,7 +105,7 @@ def main() -> None:
     print(f"  nbgrader autograde + generate_feedback:         {plain:7.1f} s  {plain / n:5.2f} s/submission")
     print(f"  mlsys course grade (parallel, sandboxed, both): {tool:7.1f} s  {tool / n:5.2f} s/submission")
     print(f"  speed-up vs autograde alone: {autograde / tool:.2f}x; vs the same work: {plain / tool:.2f}x "
-          "(target >= 1.8x)")
+          "(target >= 2.5x)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Grading a class: killed midway, re-run, nothing lost and nothing graded twice. Plus the report."""
 
+import copy
 import csv
 import json
 import os
@@ -7,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+import nbformat
 import pytest
 
 from autograder.authoring import samples
@@ -109,3 +111,65 @@ def test_gradebook_is_prepared_again_only_when_the_lab_source_changed(tmp_path, 
     course.prepare_gradebook(LAB, tmp_path)
     assert len(calls) == 1, "a changed lab source must be recorded in the gradebook again"
     assert (tmp_path / "release" / LAB / "source.sha256").read_text() == "edited"
+
+
+@pytest.fixture(scope="module")
+def small_limits(tmp_path_factory):
+    """A course root with the lab's gradebook, its sandbox settings with small limits, and the solution."""
+    from autograder import course
+    from autograder.config import load_config, sandbox_settings
+    from autograder.edition.edition import build_edition
+
+    tmp = tmp_path_factory.mktemp("limits")
+    course.prepare_gradebook(LAB, tmp / "course")
+    settings = sandbox_settings(load_config(tmp / "course"), LAB, build_edition(LAB, tmp / "course" / "editions" / LAB))
+    samples.build_samples(LAB, tmp / "samples", wrong=0)
+    solved = nbformat.read(tmp / "samples" / "solution" / f"{LAB}.ipynb", as_version=4)
+    return tmp, settings, solved
+
+
+def _submit(solved, cells: list[str], path):
+    """The solution with ``cells`` (code) put first."""
+    notebook = copy.deepcopy(solved)
+    notebook.cells[:0] = [nbformat.v4.new_code_cell(source) for source in cells]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, path)
+    return path
+
+
+@pytest.mark.slow
+def test_a_kernel_stopped_by_the_cpu_limit_is_graded_once_as_far_as_it_got(small_limits):
+    from autograder.run.batch import grade_chunk
+
+    tmp, settings, solved = small_limits
+    notebook = _submit(solved, ["while True:\n    pass"], tmp / "cpu" / f"{LAB}.ipynb")
+    work = tmp / "course" / "work" / "cpu"
+    (outcome,) = grade_chunk(LAB, {"spinner": notebook}, tmp / "course", work, {**settings, "cpu_seconds": 4})
+    assert outcome.problem is None, outcome.problem
+    assert outcome.work == work and not (work / "alone").exists(), "a kernel stopped by a limit was graded again"
+    assert any("stopped by the notebook's CPU-time limit (4 s)" in flag for flag in outcome.flags), outcome.flags
+    assert not any("was skipped" in flag for flag in outcome.flags), outcome.flags
+    graded = nbformat.read(work / "autograded" / "spinner" / LAB / f"{LAB}.ipynb", as_version=4)
+    errors = [o.get("ename") for cell in graded.cells if cell.cell_type == "code" for o in cell.outputs
+              if o.get("output_type") == "error"]
+    assert errors[0] == "LimitExceeded" and set(errors[1:]) == {"NotebookTimeout"}, errors[:3]
+
+
+@pytest.mark.slow
+def test_cells_that_kill_the_kernel_are_retried_within_one_wall_clock_budget(small_limits):
+    """Four killer cells, each after 3 s of sleep: skipping them one by one would take four runs
+    and over 30 s; all the runs together get the notebook's 15 s."""
+    from autograder.run.batch import grade_chunk
+    from autograder.run.execute import spent_seconds
+
+    tmp, settings, solved = small_limits
+    cells = ["import time\ntime.sleep(3)", "import os\nos._exit(1)"] * 4
+    notebook = _submit(solved, cells, tmp / "killer" / f"{LAB}.ipynb")
+    work = tmp / "course" / "work" / "killer"
+    (outcome,) = grade_chunk(LAB, {"killer": notebook}, tmp / "course", work, {**settings, "wall_seconds": 15})
+    said = " ".join([outcome.problem or "", *outcome.flags])
+    skipped = [flag for flag in outcome.flags if "stopped the kernel and was skipped" in flag]
+    assert 1 <= len(skipped) <= 2, f"retried {len(skipped)} times: {said}"
+    assert "all of its 15 s" in said, said
+    spent = spent_seconds(work / "notes", "killer") + spent_seconds(work / "alone" / "killer" / "notes", "killer")
+    assert spent < 15 + 5, f"the student's grading runs took {spent:.1f} s together; the budget is 15 s"

@@ -5,6 +5,7 @@ settings in ``$MLSYS_SANDBOX``), with a secret in the grader's environment, a pr
 folder the kernel may read, and a server on the loopback interface.
 """
 
+import copy
 import json
 import os
 import shutil
@@ -18,6 +19,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from jupyter_client import KernelManager
+from nbclient import NotebookClient
+from traitlets import Float
+from traitlets.config import Config
 
 from autograder import course
 from autograder.cells import fill, solution_cells
@@ -30,6 +34,8 @@ from autograder.sandbox.sandbox import (REPORT_LIMIT, Report, join_pids_cgroup, 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 SECRET = "sandbox-honeypot-31c9"
+#: Notebooks run to catch a race at the kernel's shutdown (it struck one in three or so).
+KERNELS = 8
 
 
 class Kernel:
@@ -394,3 +400,34 @@ def test_a_notebook_launching_a_block_of_1024_threads_is_graded_with_its_points(
     start = time.monotonic()
     (result,) = course.grade(lab, tmp_path / "subs", root=tmp_path / "course", workers=1, log=lambda message: None)
     assert result.status == "graded" and result.score == result.max_score > 0, (result, time.monotonic() - start)
+
+
+class _PatientManager(KernelManager):
+    """Gives a kernel 5 s after its shutdown request before SIGTERM; notes each kernel's report."""
+
+    shutdown_wait_time = Float(10.0)
+    reports: list[Path] = []
+
+    def cleanup_resources(self, restart=False):
+        _PatientManager.reports.append(report_path(Path(self.connection_file)))
+        return super().cleanup_resources(restart)
+
+
+def test_kernels_end_by_themselves_after_the_shutdown_request(tmp_path):
+    """ipykernel's control thread could block sending into the IOPub thread the main thread had just
+    stopped (autograder/sandbox/kernel/shutdown.py): the kernel then lived until jupyter_client's
+    SIGTERM, one notebook in three or so. Each notebook runs as nbgrader runs it (nbclient), and every
+    kernel must exit with status 0 by itself, well within the 5 s before SIGTERM."""
+    settings = sandbox_settings(load_config(tmp_path / "course"), "lab01_tensors")
+    cells = ["print(1)", "import mlsys_lib, numpy as np; print(np.arange(3))", "import sys; print('e', file=sys.stderr)"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    _PatientManager.reports.clear()
+    with grading_environment(tmp_path / "course", settings) as runtime:
+        config = Config()
+        config.KernelManager.update(transport="ipc", ip=str(runtime / "sockets" / "kernel"))
+        for _ in range(KERNELS):
+            NotebookClient(copy.deepcopy(notebook), kernel_name=GRADING_KERNEL, kernel_manager_class=_PatientManager,
+                           config=config).execute()
+    statuses = [e["status"] for report in _PatientManager.reports
+                for e in map(json.loads, report.read_text().splitlines()) if e["event"] == "exit"]
+    assert statuses == [0] * KERNELS, f"kernels' exit statuses (-15: killed after lingering): {statuses}"

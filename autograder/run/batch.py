@@ -8,8 +8,11 @@ collects the chunk and runs nbgrader's autograde (each notebook in its own sandb
 sees none of the grader's files: :mod:`autograder.sandbox.sandbox`) and feedback once for the whole chunk:
 nbgrader's start-up is paid per chunk, not per student. A student nbgrader could not grade in the
 chunk (a cell that killed the kernel, say) is graded again alone, skipping the cells that killed the
-kernel. The main process, the only writer of the course gradebook, checks each result's folders
-(regular files only, bounded) and merges it. A manifest of what was graded (the submission's and
+kernel, within what is left of the notebook's wall-clock budget (``c.Sandbox.wall_seconds`` covers
+all of one student's attempts together). A kernel stopped by a limit (its CPU time, the wall clock)
+is not a cell that killed it: the notebook is graded as far as it got, once
+(:class:`~autograder.run.execute.SandboxedExecute`). The main process, the only writer of the
+course gradebook, checks each result's folders (regular files only, bounded) and merges it. A manifest of what was graded (the submission's and
 the lab's fingerprints) makes a re-run skip the unchanged, so re-running after an interruption loses
 nothing and repeats nothing. It skips only what nbgrader itself counts as graded (the autograded
 copy and the gradebook's submission there, of the submission's timestamp) and has feedback: a
@@ -44,7 +47,7 @@ from ..intake.sanitize import UnreadableSubmission, demote_duplicate_cells, read
 from ..intake.submissions import COMPANIONS
 from ..paths import SOLUTIONS
 from ..sandbox.sandbox import remove_empty_cgroups
-from .execute import KILLER_ENV, NOTES_ENV, read_notes
+from .execute import KILLER_ENV, NOTES_ENV, read_notes, spent_seconds
 from .merge import merge_submission
 from .nbgrader_run import run_converter
 
@@ -127,9 +130,15 @@ def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
     return flags
 
 
-def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: Path, sandbox: dict) -> Outcome:
+def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: Path, sandbox: dict,
+              spent: float = 0) -> Outcome:
     """Worker: autograde and give feedback on one submission in the private course root ``work``
-    (a folder under ``course_root``, whose gradebook it copies), its kernel in the ``sandbox``."""
+    (a folder under ``course_root``, whose gradebook it copies), its kernel in the ``sandbox``.
+
+    ``spent``: wall-clock seconds this student's notebook already took (in its chunk). All attempts
+    together get ``sandbox['wall_seconds']``: each gets what the earlier ones left, and none starts
+    once nothing is left.
+    """
     private_root(course_root, work)
     try:
         flags = collect(lab, student, notebook, work)
@@ -139,9 +148,16 @@ def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: P
     os.environ[KILLER_ENV] = str(killer)
     os.environ[NOTES_ENV] = str(work / "notes")
     submitted = work / "submitted" / student / lab / f"{lab}.ipynb"
-    for _ in range(MAX_KERNEL_DEATHS + 1):
+    budget = sandbox.get("wall_seconds")
+    for attempt in range(MAX_KERNEL_DEATHS + 1):
+        left = budget - spent - spent_seconds(work / "notes", student) if budget else None
+        if left is not None and left < 1:
+            return Outcome(student, f"autograde stopped: the notebook used all of its {budget} s of wall-clock time "
+                                    f"over {attempt + (spent > 0)} attempt(s), each ended by a cell that killed "
+                                    "the kernel", flags + read_notes(work / "notes", student))
         killer.unlink(missing_ok=True)
-        result = run_converter(Autograde, lab, student, root=work, sandbox=sandbox)
+        result = run_converter(Autograde, lab, student, root=work,
+                               sandbox=sandbox if left is None else {**sandbox, "wall_left": left})
         if result["success"] or not killer.exists():
             break
         skipped = skip_killer_cell(submitted, int(killer.read_text()))
@@ -192,7 +208,7 @@ def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: P
             outcomes[student] = Outcome(student, None, flags + read_notes(work / "notes", student), work)
         else:
             outcomes[student] = grade_one(lab, student, notebooks[student], course_root, work / "alone" / student,
-                                          sandbox)
+                                          sandbox, spent_seconds(work / "notes", student))
     return [outcomes[student] for student in notebooks]
 
 

@@ -3,10 +3,15 @@
 :class:`SandboxedExecute` replaces nbgrader's ``Execute`` in the Autograde preprocessors. Over
 nbgrader's own it
 
-* gives the whole notebook a wall-clock budget (``c.Sandbox.wall_seconds``, kernel start included):
-  each cell may run at most what is left, and once nothing is left the remaining code cells are not
-  sent to the kernel but fail with ``NotebookTimeout`` (their tests score 0), so a notebook that
-  sleeps cannot hold a worker;
+* gives the whole notebook a wall-clock budget (``c.Sandbox.wall_seconds``, kernel start included,
+  shared by all of one student's grading attempts: the grader passes what earlier attempts left as
+  ``wall_left``): each cell may run at most what is left, and once nothing is left the remaining
+  code cells are not sent to the kernel but fail with ``NotebookTimeout`` (their tests score 0), so
+  a notebook that sleeps cannot hold a worker; the seconds each attempt took are noted for the grader;
+* when a limit stops the kernel (its CPU time, the supervisor's wall-clock backstop, or the sandbox's
+  process budget: a fork bomb), fails that cell with the limit's reason and does not run the cells after
+  it, rather than failing the whole notebook: the notebook is graded once, as far as it got, and not
+  graded again (running it again would hit the limit again);
 * keeps at most ``c.Sandbox.output_kb`` of output per notebook (errors are always kept, their
   tracebacks shortened), so printing cannot exhaust the grader's memory or the feedback's size;
 * gives no partial credit from a graded test cell's ``execute_result`` (nbgrader would read a number
@@ -15,8 +20,6 @@ nbgrader's own it
   Numba, or a stack it printed, is not a failed test; the text stays, as stdout);
 * when a cell does not stop at the grader's interrupt (it ignores ``KeyboardInterrupt``), fails it
   and does not run the cells after it, rather than failing the whole notebook;
-* when the sandbox's supervisor stopped the kernel at one of its limits (it reports a ``limit``: a fork
-  bomb), fails that cell and the cells after it with the limit's reason, and the notebook is graded;
 * when a cell kills the kernel otherwise, writes that cell's index to ``$MLSYS_KILLER_CELL`` so the
   grader can skip the cell and grade again (see :func:`autograder.run.batch.grade_one`);
 * after the notebook, reads what the kernel guard and the sandbox supervisor reported (see
@@ -35,6 +38,7 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Iterator
@@ -108,8 +112,10 @@ class SandboxedExecute(Execute):
     def _preprocess(self, nb, resources, km):
         settings = json.loads(os.environ.get(SETTINGS_ENV) or "{}")
         budget = settings.get("wall_seconds")
-        self._deadline = time.monotonic() + budget if budget else None
+        started = time.monotonic()
+        self._deadline = started + settings.get("wall_left", budget) if budget else None
         self._budget = budget
+        self._settings = settings
         self._output_left = settings.get("output_kb", 0) * 1024 or None
         self._dropped: set[int] = set()
         self._connection_file: str | None = None
@@ -124,6 +130,7 @@ class SandboxedExecute(Execute):
                 self._notes["flags"] += kernel_flags(report, self.nb)
                 for left in (report, console_path(Path(self._connection_file))):  # beside the connection
                     left.unlink(missing_ok=True)  # file, in the system's temporary folder
+            self._notes["seconds"] = time.monotonic() - started
             if student and os.environ.get(NOTES_ENV):
                 write_notes(Path(os.environ[NOTES_ENV]), student, self._notes)
             for flag in self._notes["flags"]:
@@ -138,7 +145,8 @@ class SandboxedExecute(Execute):
             cell.outputs = [self._stopped]
             return cell, resources
         if self._deadline is not None and time.monotonic() >= self._deadline:
-            cell.outputs = [_error("NotebookTimeout", f"not run: the notebook used all of its {self._budget} s")]
+            cell.outputs = [_error("NotebookTimeout", f"not run: the notebook used all of its {self._budget} s "
+                                                      "(all its grading attempts together)")]
             if not any("wall-clock" in flag for flag in self._notes["flags"]):
                 self._notes["flags"].append(f"cell {index} and those after it were not run: the notebook "
                                             f"used all of its {self._budget} s of wall-clock time")
@@ -148,9 +156,11 @@ class SandboxedExecute(Execute):
         except DeadKernelError:
             limit = self._limit_reached()
             if limit:
-                cell.outputs.append(_error("SandboxLimit", f"the grader stopped the kernel: {limit}"))
-                self._stopped = _error("SandboxLimit",
+                cell.outputs.append(_error("LimitExceeded", f"the grader stopped the kernel: {limit}"))
+                self._stopped = _error("NotebookTimeout",
                                        f"not run: the grader stopped the kernel in cell {index}: {limit}")
+                self._notes["flags"].append(f"cell {index} was stopped by {limit}: the cells after it were not "
+                                            "run, and the notebook was not graded again")
                 return cell, resources
             if os.environ.get(KILLER_ENV):
                 Path(os.environ[KILLER_ENV]).write_text(str(index))
@@ -169,12 +179,20 @@ class SandboxedExecute(Execute):
         return cell, resources
 
     def _limit_reached(self) -> str | None:
-        """Why the sandbox's supervisor stopped the kernel (its ``limit`` report), if it did."""
+        """What stopped the kernel, from its supervisor's report: a limit it reported (a fork bomb), the
+        wall clock, or the CPU time (a kernel over its CPU seconds gets SIGXCPU, see
+        :mod:`autograder.sandbox.kernel.start`, which bubblewrap reports as exit status 128 + SIGXCPU);
+        None if nothing says one did (a cell that killed the kernel itself)."""
         if not self._connection_file:
             return None
-        limits = [e for e in _events(report_path(Path(self._connection_file)))
-                  if e.get("event") == "limit" and e.get("by") == "supervisor"]
-        return str(limits[0].get("what", "a limit"))[:200] if limits else None
+        for event in _events(report_path(Path(self._connection_file))):
+            if event.get("event") == "limit" and event.get("by") == "supervisor":
+                return str(event.get("what", "a limit"))[:200]
+            if event.get("event") == "wall_clock" and event.get("by") == "supervisor":
+                return f"the notebook's wall-clock limit ({self._budget} s)"
+            if event.get("event") == "exit" and event.get("status") in (128 + signal.SIGXCPU, -signal.SIGXCPU):
+                return f"the notebook's CPU-time limit ({self._settings.get('cpu_seconds')} s)"
+        return None
 
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)
@@ -203,17 +221,25 @@ class SandboxedExecute(Execute):
 
 
 def write_notes(folder: Path, student: str, notes: dict) -> None:
-    """Add ``notes`` to what the grader noted about ``student`` in ``folder`` (one JSON file each)."""
+    """Add ``notes`` (``flags``, and the ``seconds`` a grading attempt took) to what the grader noted
+    about ``student`` in ``folder`` (one JSON file each): flags once each, seconds summed."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{student}.json"
     old = json.loads(path.read_text()) if path.exists() else {"flags": []}
-    path.write_text(json.dumps({"flags": old["flags"] + [f for f in notes["flags"] if f not in old["flags"]]}))
+    path.write_text(json.dumps({"flags": old["flags"] + [f for f in notes["flags"] if f not in old["flags"]],
+                                "seconds": old.get("seconds", 0) + notes.get("seconds", 0)}))
 
 
 def read_notes(folder: Path, student: str) -> list[str]:
     """The reasons to look again at ``student``'s submission that :class:`SandboxedExecute` noted."""
     path = folder / f"{student}.json"
     return json.loads(path.read_text())["flags"] if path.exists() else []
+
+
+def spent_seconds(folder: Path, student: str) -> float:
+    """Wall-clock seconds :class:`SandboxedExecute` noted for ``student``'s grading attempts in ``folder``."""
+    path = folder / f"{student}.json"
+    return json.loads(path.read_text()).get("seconds", 0) if path.exists() else 0
 
 
 def _events(report: Path) -> list[dict]:

@@ -2,10 +2,11 @@
 
 - :mod:`.memory`  frees what a cell that ran out of memory held, so the cells after it still run;
 - :mod:`.guard`   reports tampering with grading and restores what the tests rely on, at every cell;
+- :mod:`.shutdown` lets the kernel end as soon as it has answered its shutdown request;
 - :mod:`.start`   the sandbox's entry point: limits, an unprivileged user, then the kernel.
 
 The launcher starts the kernel with ``--IPKernelApp.exec_lines=<exec_line(...)>``, which installs
-the first two before any cell of the notebook runs, after giving the threads the kernel starts from
+the first three before any cell of the notebook runs, after giving the threads the kernel starts from
 then on 1 MiB stacks (:data:`THREAD_STACK_BYTES`). This package imports only the standard library
 and (inside the kernel) IPython: nothing else of ``autograder``, nbgrader or nbformat.
 """
@@ -42,13 +43,14 @@ def exec_line(report_fd: int, test_cells: list[str], pinned: list[str]) -> str:
 
 
 def install(report_fd: int, test_cells: list[str], pinned: list[str]) -> None:
-    """Set the threads' stack size (:data:`THREAD_STACK_BYTES`), install the memory hook, then the guard
-    (which takes the hook's callback as part of the pristine state). Called by :func:`exec_line`'s
-    statement inside the kernel."""
+    """Set the threads' stack size (:data:`THREAD_STACK_BYTES`), install the memory hook and the ordered
+    shutdown, then the guard (which takes the hook's callback and the shutdown's wrappers as part of the
+    pristine state). Called by :func:`exec_line`'s statement inside the kernel."""
     import threading
 
-    from . import guard, memory
+    from . import guard, memory, shutdown
 
     threading.stack_size(THREAD_STACK_BYTES)
     memory.install()
+    shutdown.install()
     guard.install(report_fd, test_cells, pinned)

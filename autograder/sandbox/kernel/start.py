@@ -12,7 +12,8 @@ runs inside bubblewrap. It
 4. copies Numba's caches of the library's compiled functions, which the read-only package carries
    in its ``__pycache__`` folders, into the kernel's private Numba cache folder (``NUMBA_CACHE_DIR``),
    so that every kernel does not compile them again (seconds per notebook); the sandboxes share none;
-5. replaces itself by the IPython kernel, whose start-up line installs the kernel guard
+5. becomes the IPython kernel (in this process: a second interpreter start would cost a tenth of a
+   second or more per notebook), whose start-up line installs the kernel guard
    (:func:`autograder.sandbox.kernel.exec_line`) before any cell of the notebook runs.
 """
 
@@ -28,13 +29,23 @@ import sys
 from pathlib import Path
 
 
+#: CPU seconds past ``cpu_seconds`` before SIGKILL, for a kernel that ignores SIGXCPU.
+CPU_GRACE_S = 5
+
+
 def apply_limits(cpu_seconds: int, memory_mb: int, tasks: int, file_mb: int) -> None:
     """Hard resource limits for this process and everything it starts. ``tasks`` caps the processes and
-    threads of this user id (``RLIMIT_NPROC`` counts both)."""
+    threads of this user id (``RLIMIT_NPROC`` counts both).
+
+    CPU time: at ``cpu_seconds`` the kernel gets SIGXCPU, which ends it (bubblewrap exits with
+    128 + SIGXCPU, which tells the grader a limit stopped it, not a cell: it does not grade the
+    notebook again); SIGKILL :data:`CPU_GRACE_S` later if it caught the signal. With equal limits the
+    system would send SIGKILL alone, which a cell can send itself too.
+    """
     def limit(kind, value):
         resource.setrlimit(kind, (value, value))
 
-    limit(resource.RLIMIT_CPU, cpu_seconds)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + CPU_GRACE_S))
     limit(resource.RLIMIT_FSIZE, file_mb * 2**20)
     limit(resource.RLIMIT_CORE, 0)
     if sys.platform.startswith("linux"):
@@ -76,6 +87,7 @@ def seed_numba_cache(package: Path, cache_dir: str) -> int:
 def main(argv: list[str]) -> None:
     (raw,) = argv
     settings = json.loads(raw)
+    launched_in = os.getcwd()  # sys.path[0] under ``python -m``
     apply_limits(settings["cpu_seconds"], settings["memory_mb"], settings["tasks"], settings["file_mb"])
     if settings.get("uid") is not None and os.getuid() == 0:
         drop_privileges(settings["uid"])
@@ -92,9 +104,13 @@ def main(argv: list[str]) -> None:
     from autograder.sandbox.kernel import exec_line
 
     line = exec_line(settings["report_fd"], settings["test_cells"], settings["pinned"])
-    command = [sys.executable, "-m", "ipykernel_launcher", "-f", settings["connection"],
-               f"--IPKernelApp.exec_lines={line}", "--HistoryManager.enabled=False", *settings["kernel_args"]]
-    os.execv(command[0], command)
+    sys.argv = ["ipykernel_launcher", "-f", settings["connection"], f"--IPKernelApp.exec_lines={line}",
+                "--HistoryManager.enabled=False", *settings["kernel_args"]]
+    if sys.path and sys.path[0] == launched_in:  # as ipykernel_launcher does; IPython adds the cwd back
+        del sys.path[0]
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
 
 
 if __name__ == "__main__":
