@@ -1,6 +1,7 @@
 """The student kit for a lab: its mlsys_lib wheel holds no body of the lab's or a later lab's
-references (stubs that name the lab instead), the lower labs stay finished and working, the lab's
-released notebook runs on it, and nothing secret gets into the zip."""
+references (stubs that name the lab instead), the lower labs stay finished and working, a kit whose
+notebook would call a stub is refused, and nothing secret gets into the zip. (That every lab's kit
+runs its notebook top to bottom: tests/test_kit_runs.py.)"""
 
 import ast
 import collections
@@ -19,9 +20,9 @@ import nbformat
 import pytest
 
 from autograder import cli
-from autograder.cells import fill, solution_cells
 from autograder.edition.bundle import audit, bundle
-from autograder.edition.references import execute_notebook, read_manifest
+from autograder.edition import kit as kit_module
+from autograder.edition.references import read_manifest
 from autograder.paths import LABS, REPO, lab_names
 
 FIRST = lab_names()[0]
@@ -197,21 +198,27 @@ def test_kit_stubs_raise_naming_their_lab_and_lower_labs_work(kits, lab, tmp_pat
     assert json.loads(run.stdout.splitlines()[-1]) == {}
 
 
+_CALLS_A_STUB = """from mlsys_lib.graph import Rule, backtracking_optimize
+from mlsys_lib.graph.generate import matmul_chain
+backtracking_optimize(matmul_chain(), [Rule.parse("matmul(matmul(A, B), C) -> matmul(A, matmul(B, C))")])"""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("lab", ["lab03_graph_opt", "lab08_parallelism"])
-def test_released_notebook_with_its_solutions_runs_on_the_kit(kits, lab, tmp_path):
-    # As a student runs it, demo cells included: every test cell passes; only the demo cells that call
-    # one of the lab's own answers (the plan's demo_breaks) raise, with the kit's message.
-    kit, folder, _ = kits[lab]
-    notebook = tmp_path / f"{lab}.ipynb"
-    nbformat.write(fill(nbformat.read(LABS / lab / f"{lab}.ipynb", as_version=4), solution_cells(lab)), notebook)
-    errors = execute_notebook(notebook, pythonpath=[folder],
-                              prelude='import os\nos.environ.pop("NBGRADER_EXECUTION", None)')
-    assert [e.grade_id for e in errors if e.grade_id] == [], [str(e) for e in errors]
-    broken = {key.replace(":", ".") for key in kit.plan.demo_breaks}
-    for error in errors:
-        assert "student kit of mlsys_lib" in error.error and any(name in error.error for name in broken), str(error)
-    assert {name for name in broken if any(name in e.error for e in errors)} == broken
+def test_bundle_refuses_a_kit_whose_demo_calls_a_stub_naming_the_cell(tmp_path, monkeypatch):
+    # Lab 3's release with one more demo cell, which calls the library's backtracking search (an answer of lab 3 the
+    # kit stubs) instead of a function of the notebook: the kit is refused, naming that cell and the reference.
+    lab = "lab03_graph_opt"
+    release = nbformat.read(LABS / lab / f"{lab}.ipynb", as_version=4)
+    release.cells.append(nbformat.v4.new_code_cell(_CALLS_A_STUB))
+    (tmp_path / "labs" / lab).mkdir(parents=True)
+    nbformat.write(release, tmp_path / "labs" / lab / f"{lab}.ipynb")
+    monkeypatch.setattr(kit_module, "LABS", tmp_path / "labs")
+    with pytest.raises(RuntimeError) as refused:
+        bundle(tmp_path / "kit.zip", lab)
+    cell = len(release.cells) - 1
+    assert f"student kit for {lab} refused" in str(refused.value)
+    assert f"cell {cell} calls mlsys_lib.graph.search.backtracking_optimize." in str(refused.value)
+    assert not (tmp_path / "kit.zip").exists()
 
 
 # ---- the zip --------------------------------------------------------------------------------------------

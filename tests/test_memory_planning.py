@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlsys_lib.memory import (Interval, MemoryPlan, OpNode, TrainingGraph, TrainingGraphBuilder, liveness,
-                              lower_bound, mlp_graph, plan_best_fit, plan_first_fit, plan_inplace, plan_no_reuse,
-                              plot_lifetimes, resnet_graph, transformer_graph, validate_plan)
+from mlsys_lib.memory import (Interval, MemoryPlan, OpNode, TrainingGraph, TrainingGraphBuilder, live_bytes,
+                              liveness, lower_bound, mlp_graph, plan_best_fit, plan_first_fit, plan_inplace,
+                              plan_no_reuse, plot_lifetimes, resnet_graph, transformer_graph, validate_plan)
 
 PLANNERS = [plan_no_reuse, plan_first_fit, plan_best_fit]
 
@@ -224,4 +224,22 @@ def test_lifetime_chart_draws_a_rectangle_per_tensor():
     plot_lifetimes(plan_best_fit(intervals), intervals, graph.kinds, ax=ax, unit="B")
     assert sum(isinstance(p, Rectangle) for p in ax.patches) == len(intervals)
     assert ax.get_ylim()[1] >= plan_best_fit(intervals).arena
+    plt.close(fig)
+
+
+def test_lifetime_chart_draws_the_live_bytes_it_is_given():
+    # A notebook that counted the live bytes itself (the student kit's demo) passes them: the staircase and the
+    # lower bound's line are those bytes, not live_bytes' (here: the true profile plus 8 at step 1).
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import StepPatch
+
+    graph = mlp_graph([4, 6, 3], batch=2)
+    intervals = liveness(graph)
+    live = live_bytes(intervals).astype(float)
+    live[1] += 8
+    fig, ax = plt.subplots()
+    plot_lifetimes(plan_best_fit(intervals), intervals, graph.kinds, ax=ax, unit="B", live=live)
+    (stairs,) = [p for p in ax.patches if isinstance(p, StepPatch)]
+    assert np.array_equal(stairs.get_data().values, live)
+    assert live.max() in {line.get_ydata()[0] for line in ax.get_lines()}
     plt.close(fig)

@@ -1,14 +1,11 @@
-"""Notebooks run top to bottom as a person runs them: lectures write their figures, solutions run
-their demos (which the autograder skips). Small sizes: MLSYS_QUICK=1."""
+"""Lecture notebooks run top to bottom as a person runs them and write their figures. Small sizes:
+MLSYS_QUICK=1. (Each lab's notebook runs top to bottom, demos included, in tests/test_kit_runs.py.)"""
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from autograder.authoring.lectures import render_lectures
-from autograder.config import GRADING_KERNEL
-from autograder.paths import LECTURES, SOLUTIONS, lab_names
-from autograder.run.nbgrader_run import grading_environment
+from autograder.paths import LECTURES
 
 pytestmark = pytest.mark.slow
 
@@ -55,17 +52,3 @@ def test_lecture_renders_its_figures(lecture, course_root, monkeypatch):
         assert path in rendered.figures and path.stat().st_size > 10_000, f"{lecture} did not draw {name}"
     claimed = {line.split(":")[1].strip() for _, _, line in rendered.claims}
     assert claimed >= CLAIMS.get(lecture, set()), f"{lecture} no longer measures the claims its figures make"
-
-
-@pytest.mark.parametrize("lab", lab_names())
-def test_solution_notebook_runs_with_its_demos(lab, course_root, monkeypatch):
-    monkeypatch.setenv("MLSYS_QUICK", "1")
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend, as in JupyterLab
-    notebook = nbformat.read(SOLUTIONS / lab / f"{lab}.ipynb", as_version=4)
-    with grading_environment(course_root):
-        NotebookClient(notebook, kernel_name=GRADING_KERNEL, timeout=300,
-                       resources={"metadata": {"path": str(SOLUTIONS / lab)}}).execute()
-    demos = [c for c in notebook.cells if c.cell_type == "code" and c.outputs
-             and not c.metadata.get("nbgrader", {}).get("grade")]
-    assert demos, f"{lab}'s demos showed nothing: were they skipped?"

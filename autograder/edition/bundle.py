@@ -3,7 +3,9 @@ of ``mlsys_lib`` in which that lab's and every later lab's exercises are stubs
 (:mod:`autograder.edition.kit`).
 
 It must hold no solution, no hidden test, no part of the autograder and no body of a reference it
-stubs; :func:`bundle` checks that (:func:`audit`) before it returns.
+stubs; :func:`bundle` checks that (:func:`audit`) before it returns. And its lab's notebook must run
+top to bottom for a student who wrote the exercises: :func:`bundle` refuses a kit in which a cell
+would call a reference the kit stubs (:func:`demo_break_problem`).
 """
 
 from __future__ import annotations
@@ -73,12 +75,28 @@ def build_wheel(project: Path, out_dir: Path) -> Path:
     return wheel
 
 
+def demo_break_problem(plan: KitPlan) -> str | None:
+    """Why the kit of ``plan`` must not go out, or None: the cells of its lab's released notebook that
+    call a reference the kit stubs (they would raise ``NotImplementedError`` for the student)."""
+    if not plan.demo_breaks:
+        return None
+    calls = "; ".join(f"cell {cell} calls {key.replace(':', '.')}" for key, cells in plan.demo_breaks.items()
+                      for cell in cells)
+    return (f"student kit for {plan.lab} refused: labs/{plan.lab}/{plan.lab}.ipynb calls answers that the kit "
+            f"stubs, so these cells would raise NotImplementedError for students: {calls}. Make them call the "
+            "student's own functions (or the finished layers of earlier labs), then release the lab again")
+
+
 def bundle(out: Path, lab: str | None = None) -> Kit:
-    """Write the student kit for ``lab`` (:func:`kit_lab`) to ``out``; ``RuntimeError`` if anything
-    secret got in, ``ValueError`` for an unknown lab."""
+    """Write the student kit for ``lab`` (:func:`kit_lab`) to ``out``; ``RuntimeError`` if a cell of the
+    lab's notebook would call a stub (:func:`demo_break_problem`) or anything secret got in,
+    ``ValueError`` for an unknown lab."""
     lab = kit_lab(lab)
     source = PackageSource()
     plan = plan_kit(lab, source)
+    refused = demo_break_problem(plan)
+    if refused:
+        raise RuntimeError(refused)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mlsys-kit-") as tmp:

@@ -13,7 +13,8 @@ cells included) with the solutions filled in, calls it** and L's grading edition
 (:func:`record_calls` finds those calls). So L's visible tests and demos run on the kit, while a
 ``keep`` that only hidden tests need, and every reference of a later lab, goes. L's own non-kept
 references go even when a demo cell calls them (they are the answers): :attr:`KitPlan.demo_breaks`
-lists them, and those demo cells raise the stub's message.
+lists them with the cells that call them, and :func:`autograder.edition.bundle.bundle` refuses such a kit
+(those cells would raise the stub's message): a demo calls the student's own functions instead.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import nbformat
 from ..cells import fill, solution_cells
 from ..paths import LABS, check_lab, lab_names
 from .edition import Removal, notebook_names, plan_removal, write_stubbed_package
-from .references import PACKAGE, PackageSource, execute_notebook, read_manifest
+from .references import PACKAGE, PackageSource, read_manifest, run_notebook
 
 KIT_STUB_MESSAGE = ("{name} belongs to an exercise of {lab}, so this student kit of mlsys_lib leaves it out: "
                     "write it yourself in labs/{lab}/{lab}.ipynb")
@@ -43,7 +44,8 @@ class KitPlan:
     removals: list[Removal]        # references and their helpers, each a stub
     owner: dict[str, str]          # key of every removal -> the lab whose exercise it belongs to
     spared: list[str]              # references of lab on that the released notebook calls: kept working
-    demo_breaks: list[str]         # references the released notebook calls that are stubbed anyway
+    demo_breaks: dict[str, list[int]]  # references the released notebook calls that are stubbed anyway -> the
+                                       # indices of the cells calling them
 
     @property
     def removed(self) -> list[str]:
@@ -75,12 +77,13 @@ def plan_kit(lab: str, source: PackageSource | None = None) -> KitPlan:
     owner = exercise_labs(lab)
     answers = set(read_manifest(lab).removed)  # what lab's grading edition removes
     called = record_calls(lab, owner, source)
-    spared = sorted(called - answers)
+    spared = sorted(set(called) - answers)
     removals = plan_removal(source, [key for key in owner if key not in spared], notebook_names(lab))
     for removal in removals:  # a helper's users are all planned before it
         if removal.key not in owner:
             owner[removal.key] = min((owner[user] for user in removal.users), key=lab_names().index)
-    return KitPlan(lab, removals, {r.key: owner[r.key] for r in removals}, spared, sorted(called & answers))
+    return KitPlan(lab, removals, {r.key: owner[r.key] for r in removals}, spared,
+                   {key: cells for key, cells in sorted(called.items()) if key in answers})
 
 
 def write_kit_package(plan: KitPlan, folder: Path, source: PackageSource | None = None) -> Path:
@@ -98,7 +101,8 @@ def _source_only(folder: str, names: list[str]) -> set[str]:
 
 _PROBE = '''"""Written by autograder/edition/kit.py while it records which references a notebook calls: every Python
 process started with this folder on its path (the kernel, and the ranks it starts) logs the first
-call of each target, found by its code's file and first line."""
+call of each target, found by its code's file and first line, in each cell (the number of the cell
+run, from 0 after the prelude, which the prelude keeps in the environment variable MLSYS_KIT_CELL)."""
 import json as _json
 import os as _os
 import sys as _sys
@@ -113,10 +117,12 @@ def _install(config_path):
 
     def probe(frame, event, arg):
         key = targets.get((frame.f_code.co_filename, frame.f_code.co_firstlineno))
-        if key is not None and key not in seen:
-            seen.add(key)
-            with open(log_path, "a") as log:
-                log.write(key + "\\n")
+        if key is not None:
+            call = (key, _os.environ.get("MLSYS_KIT_CELL", "prelude"))
+            if call not in seen:
+                seen.add(call)
+                with open(log_path, "a") as log:
+                    log.write("%s %s\\n" % call)
 
     _sys.settrace(probe)
     _threading.settrace(probe)
@@ -126,14 +132,19 @@ _install(_os.path.join(_os.path.dirname(__file__), "probe.json"))
 del _install
 '''
 
-# Run first in the kernel: demo cells run as for a student, and a kernel the probe missed stops here.
-_PRELUDE = ('import os, sys\nos.environ.pop("NBGRADER_EXECUTION", None)\n'
-            'assert sys.gettrace() is not None, "the call probe of autograder/edition/kit.py is not installed"')
+# Run first in the kernel: demo cells run as for a student, a kernel the probe missed stops here, and the
+# number of each cell run next (0, 1, ...) goes to the environment (of the kernel and the ranks it starts) for
+# the probe. (Counted here: IPython's execution_count at pre_run_cell differs by version.)
+_PRELUDE = ('import itertools, os, sys\nos.environ.pop("NBGRADER_EXECUTION", None)\n'
+            'assert sys.gettrace() is not None, "the call probe of autograder/edition/kit.py is not installed"\n'
+            'get_ipython().events.register("pre_run_cell", lambda info, runs=itertools.count(): '
+            'os.environ.__setitem__("MLSYS_KIT_CELL", str(next(runs))))')
 
 
-def record_calls(lab: str, keys: Iterable[str], source: PackageSource | None = None) -> set[str]:
+def record_calls(lab: str, keys: Iterable[str], source: PackageSource | None = None) -> dict[str, list[int]]:
     """Which of ``keys`` (``module:qualname``) ``lab``'s released notebook calls when run top to
-    bottom with the solutions filled in, demo cells included, on the repository's ``mlsys_lib``.
+    bottom with the solutions filled in, demo cells included, on the repository's ``mlsys_lib``:
+    each called key -> the indices of the cells (in the notebook) whose run called it.
 
     A call counts in any process the notebook starts, made directly or from library code; calls
     while a test's ``reference_guard`` has swapped the function out do not (nothing of it runs).
@@ -154,8 +165,14 @@ def record_calls(lab: str, keys: Iterable[str], source: PackageSource | None = N
         (probe / "probe.json").write_text(json.dumps({"targets": targets, "log": str(log)}))
         (probe / "sitecustomize.py").write_text(_PROBE)
         nbformat.write(fill(release, solution_cells(lab)), notebook)
-        errors = execute_notebook(notebook, pythonpath=[probe, PACKAGE.parent], prelude=_PRELUDE)
+        executed, errors = run_notebook(notebook, pythonpath=[probe, PACKAGE.parent], prelude=_PRELUDE)
         if errors:
             raise RuntimeError(f"{lab}: the released notebook with its solutions failed while recording the "
                                "references it calls:\n" + "\n".join(f"  {e}" for e in errors))
-        return set(log.read_text().split()) & {key for _, _, key in targets}
+        ran = [index for index, cell in enumerate(executed.cells)  # the cells run, in order
+               if cell.cell_type == "code" and cell.execution_count is not None]
+        called: dict[str, set[int]] = {}
+        for line in log.read_text().splitlines():
+            key, run = line.split()
+            called.setdefault(key, set()).add(-1 if run == "prelude" else ran[int(run)])
+        return {key: sorted(cells) for key, cells in called.items() if key in {k for _, _, k in targets}}

@@ -258,14 +258,17 @@ class CellError:
         return f"cell {self.index} ({self.grade_id or 'no grade_id'}): {self.error}"
 
 
-def execute_notebook(path: Path, *, pythonpath: Sequence[Path] = (), prelude: str | None = None,
-                     timeout: int = CELL_TIMEOUT_S) -> list[CellError]:
-    """Run every cell of the notebook at ``path`` in a fresh kernel of this interpreter; return the
-    cells that raised (all cells run, as nbgrader runs them).
+def run_notebook(path: Path, *, pythonpath: Sequence[Path] = (), prelude: str | None = None,
+                 timeout: int = CELL_TIMEOUT_S, python: Path | None = None
+                 ) -> tuple[nbformat.NotebookNode, list[CellError]]:
+    """Run every cell of the notebook at ``path`` in a fresh kernel; return the executed notebook
+    (``prelude``'s cell left out) and the cells that raised, by index in the notebook (the prelude
+    is -1; all cells run, as nbgrader runs them).
 
-    ``pythonpath`` goes first on the kernel's ``sys.path`` (an edition of ``mlsys_lib``);
-    ``prelude`` is code run before the first cell. The kernel runs as under the autograder
-    (``NBGRADER_EXECUTION=autograde``: timing demos skipped) in the notebook's folder.
+    The kernel is ``python`` (default: this interpreter). ``pythonpath`` goes first on the kernel's
+    ``sys.path`` (an edition of ``mlsys_lib``); ``prelude`` is code run before the first cell. The
+    kernel runs as under the autograder (``NBGRADER_EXECUTION=autograde``: timing demos skipped) in
+    the notebook's folder.
     """
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
@@ -278,18 +281,18 @@ def execute_notebook(path: Path, *, pythonpath: Sequence[Path] = (), prelude: st
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([str(p) for p in pythonpath] + [p for p in [env.get("PYTHONPATH")] if p])
     with tempfile.TemporaryDirectory(prefix="mlsys-nb-") as private:
-        # A kernel of this interpreter whatever kernels are installed, on Unix sockets (not TCP ports).
+        # A kernel of the chosen interpreter whatever kernels are installed, on Unix sockets (not TCP ports).
         spec = Path(private) / "kernels" / "mlsys-plain"
         spec.mkdir(parents=True)
         (spec / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "argv": [str(python or sys.executable), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "mlsys plain", "language": "python"}))
         manager = KernelManager(kernel_name="mlsys-plain", transport="ipc", ip=str(Path(private) / "kernel"),
                                 kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
         client = NotebookClient(notebook, km=manager, timeout=timeout, allow_errors=True,
                                 resources={"metadata": {"path": str(path.parent)}})
         client.execute(env=env, cwd=str(path.parent))
-    offset = 0 if prelude is None else 1
+    offset = 0 if prelude is None else 1  # a failed prelude is cell -1
     errors = []
     for index, cell in enumerate(notebook.cells):
         for output in cell.get("outputs", ()) if cell.cell_type == "code" else ():
@@ -297,7 +300,13 @@ def execute_notebook(path: Path, *, pythonpath: Sequence[Path] = (), prelude: st
                 grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
                 traceback = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output.get("traceback", ())))
                 errors.append(CellError(index - offset, grade_id, f"{output.ename}: {output.evalue}", traceback))
-    return errors
+    del notebook.cells[:offset]
+    return notebook, errors
+
+
+def execute_notebook(path: Path, **options) -> list[CellError]:
+    """The cells that raised when the notebook at ``path`` ran top to bottom (:func:`run_notebook`'s options)."""
+    return run_notebook(path, **options)[1]
 
 
 # ---- recording what the tests guard -----------------------------------------------------------------

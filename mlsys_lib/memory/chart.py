@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .liveness import Interval, live_bytes, lower_bound
+from .liveness import Interval, live_bytes
 from .planning import MemoryPlan
 
 KIND_COLORS = {"input": "tab:gray", "parameter": "tab:green", "activation": "tab:blue", "gradient": "tab:orange"}
@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 
 
 def plot_lifetimes(plan: MemoryPlan, intervals: Iterable[Interval], kinds: Mapping[str, str] | None = None,
-                   ax: Axes | None = None, unit: str = "MiB", title: str | None = None) -> Axes:
+                   ax: Axes | None = None, unit: str = "MiB", title: str | None = None,
+                   live: np.ndarray | None = None) -> Axes:
     """Draw each tensor as the rectangle [start, end + 1) × [offset, offset + size), colored by its kind
-    (``kinds``, e.g. ``graph.kinds``; all "activation" if None), the arena and the lower bound as
-    horizontal lines and the live bytes of each step as a staircase. Returns the Axes."""
+    (``kinds``, e.g. ``graph.kinds``; all "activation" if None), the arena and the lower bound (the most
+    bytes live at one step) as horizontal lines and the live bytes of each step as a staircase. ``live``:
+    those bytes [B] for steps 0 .. last end, if the caller has them (default: :func:`live_bytes` of the
+    intervals). Returns the Axes."""
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}, expected one of {list(UNITS)}")
     import matplotlib.pyplot as plt
@@ -38,9 +41,9 @@ def plot_lifetimes(plan: MemoryPlan, intervals: Iterable[Interval], kinds: Mappi
         color = KIND_COLORS.get(kinds.get(iv.name, "activation"), "tab:blue")
         ax.add_patch(Rectangle((iv.start, plan.offsets[iv.name] / scale), iv.end + 1 - iv.start, iv.size / scale,
                                facecolor=color, edgecolor="black", linewidth=0.2, alpha=0.8))
-    live = live_bytes(intervals) / scale
-    ax.stairs(live, np.arange(live.size + 1), color="black", linewidth=1)
-    bound = lower_bound(intervals)
+    live = np.asarray(live_bytes(intervals) if live is None else live, dtype=np.float64)
+    ax.stairs(live / scale, np.arange(live.size + 1), color="black", linewidth=1)
+    bound = live.max(initial=0)
     ax.axhline(plan.arena / scale, color="red", linestyle="--")
     ax.axhline(bound / scale, color="black", linestyle=":")
     handles = [Patch(color=KIND_COLORS.get(kind, "tab:blue"), label=kind)
