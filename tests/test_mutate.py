@@ -460,3 +460,11 @@ def test_cells_run_with_their_lines_in_linecache_so_frozen_names_the_argument():
     error = _execute("w, g = np.ones(2), np.ones(2)\nwith frozen(w=w, g=g):\n    step(w, g)",
                      Cell("", "test", "test_step", 2), namespace)
     assert error.startswith("AssertionError: the answer writes into its input 'w' at `w -= g`")
+
+
+def test_imported_modules_lists_what_cells_import_in_order():
+    # what the fork session imports before forking, so the fixtures' children share it
+    sources = ["import numpy as np, os.path\nfrom scipy import stats\nfrom . import local\nfrom q import *\n"
+               "def f():\n    import inner\n", "not python (", "import numpy\nfrom a.b import c, d"]
+    assert mutate.imported_modules(sources) == ["numpy", "os.path", "scipy", "scipy.stats", "q", "a.b", "a.b.c",
+                                                "a.b.d"]

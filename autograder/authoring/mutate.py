@@ -31,6 +31,7 @@ import contextlib
 import difflib
 import faulthandler
 import hashlib
+import importlib
 import itertools
 import json
 import linecache
@@ -43,7 +44,7 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
@@ -433,6 +434,38 @@ def _execute(source: str, cell: Cell, namespace: dict) -> str | None:
     return None
 
 
+def imported_modules(sources: Iterable[str]) -> list[str]:
+    """The modules the top-level ``import`` statements of ``sources`` name, in order: ``import a.b`` and
+    ``from a.b import c`` give ``a.b`` (and ``a.b.c``, which may be a submodule); relative imports and
+    unparsable sources give none."""
+    names: list[str] = []
+    for source in sources:
+        try:
+            body = ast.parse(source).body
+        except SyntaxError:
+            continue
+        for node in body:
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")]
+    return list(dict.fromkeys(names))
+
+
+def _preimport(sources: Iterable[str]) -> None:
+    """Import, in this process, what the cells ``sources`` will import, so that the children forked next
+    share it instead of each importing it again (Lab 10's tests import SciPy's statistics, half a second
+    in each of its forty fixtures). A name that is not a module, or fails to import, is left to the cell."""
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        for name in imported_modules(sources):
+            if name in sys.modules:
+                continue
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - not a module (a function of one), or the cell's own error
+                pass
+
+
 def _run_quietly(cells: list[Cell], namespace: dict) -> None:
     """Run ``cells`` in the parent, their output thrown away (their tests' results are the baseline's)."""
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
@@ -658,6 +691,7 @@ def failing_tests(path: Path, variants: dict[str, dict[str, str]], *, edition: s
             for start in sorted(runs):
                 _run_quietly(cells[done:start], namespace)
                 done = start
+                _preimport(cell.source for cell in cells[start:])
                 tasks = {name: (lambda start=start, answers=answers: _run_suffix(
                     cells, start, answers, namespace, stop=last_affected_test(cells, answers)))
                     for name, answers in runs[start].items()}
