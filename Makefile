@@ -73,7 +73,7 @@ check-all: setup system-deps
 ## Two pytest workers (pytest-xdist), a test file to each at a time: most tests wait on kernels and processes,
 ## so two at once take about 60% of the serial time on 2 cores.
 test: setup system-deps
-	MLSYS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -n 2 --dist loadfile
+	MLSYS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -n 2 --dist loadfile --durations=30
 
 ## test-fast: skip the slow end-to-end tests (nbgrader pipeline, notebook execution)
 test-fast: setup
