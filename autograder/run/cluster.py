@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import multiprocessing
+import os
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -65,28 +66,31 @@ def check_worker(lab: str, fingerprint: str, sandbox: dict) -> str | None:
     return None
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    """Every regular file under ``folder``: its path relative to ``folder`` (POSIX form) -> its bytes."""
-    return {path.relative_to(folder).as_posix(): path.read_bytes()
+def _files(folder: Path) -> dict[str, tuple[bytes, float]]:
+    """Every regular file under ``folder``: its path relative to ``folder`` (POSIX form) -> its bytes and
+    modification time (a submission's is its time of submission when the exchange gave none)."""
+    return {path.relative_to(folder).as_posix(): (path.read_bytes(), path.stat().st_mtime)
             for path in sorted(folder.rglob("*")) if path.is_file() and not path.is_symlink()}
 
 
-def _write(folder: Path, files: dict[str, bytes]) -> None:
+def _write(folder: Path, files: dict[str, tuple[bytes, float]]) -> None:
     """Write ``files`` (as :func:`_files` gives them) under ``folder``; a name that would leave it is refused."""
-    for name, data in files.items():
+    for name, (data, mtime) in files.items():
         relative = PurePosixPath(name)
         if relative.is_absolute() or ".." in relative.parts or not relative.parts:
             raise ValueError(f"refused a file named {name!r} from a grading worker")
         path = folder.joinpath(*relative.parts)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+        os.utime(path, (mtime, mtime))
 
 
 def _pack(outcome: Outcome, lab: str) -> dict:
     """One worker's outcome as bytes: with a graded student's folders and private gradebook."""
     packed = {"student": outcome.student, "problem": outcome.problem, "flags": outcome.flags, "files": None}
     if outcome.problem is None:
-        packed["files"] = {"gradebook.db": (outcome.work / "gradebook.db").read_bytes()}
+        gradebook = outcome.work / "gradebook.db"
+        packed["files"] = {"gradebook.db": (gradebook.read_bytes(), gradebook.stat().st_mtime)}
         for step in STEPS:
             folder = outcome.work / step / outcome.student / lab
             packed["files"].update({f"{step}/{outcome.student}/{lab}/{name}": data
@@ -152,6 +156,7 @@ class ClusterPool(futures.Executor):
         except (OSError, TimeoutError) as error:
             self.client.close()
             raise RuntimeError(f"the Dask workers at {address} did not answer: {error}") from None
+        names = {address: info.get("name", address) for address, info in self.client.scheduler_info()["workers"].items()}
         self.accepted = []
         for worker, answer in sorted(answers.items()):
             if isinstance(answer, BaseException):
@@ -159,7 +164,7 @@ class ClusterPool(futures.Executor):
             if answer is None:
                 self.accepted.append(worker)
             else:
-                log(f"Dask worker {worker} left out: {answer}")
+                log(f"Dask worker {names.get(worker, worker)} ({worker}) left out: {answer}")
         if not self.accepted:
             self.client.close()
             raise RuntimeError(f"no Dask worker at {address} may grade {lab}"
