@@ -13,7 +13,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from nbgrader.converters import GenerateAssignment
 
 from .cells import SECRET_MARKERS, fill, grade_cells, source_fingerprint
-from .config import Sandbox, gradebook_url, install_mathjax, load_config, sandbox_settings
+from .config import Sandbox, gradebook_file, gradebook_url, install_mathjax, load_config, sandbox_settings
 from .edition.edition import build_edition
 from .edition.release_guard import ReleaseRecord, ReleaseRefused, back_up, default_backups, install, plan_lab, refusal
 from .intake.lms import remember_people
@@ -140,11 +140,16 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
 def prepare_gradebook(lab: str, root: Path) -> None:
     """Record the lab's source cells and points in the gradebook (a private release copy).
 
-    Skipped when the gradebook already holds the lab as its source now stands.
+    Skipped when the gradebook already holds the lab as its source now stands; a gradebook on a
+    server the teaching team shares (``c.CourseDirectory.db_url``) is left as it is once it holds the
+    lab: the first to grade writes it, and nbgrader's generate_assignment cannot rewrite a lab there
+    (PostgreSQL refuses its deletions that leave rows pointing nowhere, which SQLite lets pass).
     """
     stamp = root / "release" / lab / "source.sha256"
     digest = source_fingerprint(lab)
-    if stamp.exists() and stamp.read_text() == digest and holds_lab(gradebook_url(root), lab):
+    url = gradebook_url(root)
+    current = stamp.exists() and stamp.read_text() == digest
+    if (current or gradebook_file(url) is None) and holds_lab(url, lab):
         return
     require_success(run_converter(GenerateAssignment, lab, ".", root=root, release_dir=root / "release"),
                     f"nbgrader generate_assignment {lab}")
