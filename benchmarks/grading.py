@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+# this folder's distributed.py (a benchmark) would hide Dask's `distributed` package
+sys.path[:] = [str(REPO), str(REPO / "tests")] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
 
 import nbformat  # noqa: E402
 
