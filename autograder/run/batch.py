@@ -389,8 +389,9 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Pat
                 if outcome.flags:
                     result.flags[student] = "; ".join(dict.fromkeys(outcome.flags))
                 manifest.record(lab, student, prints[student])
+                where = f" (Dask worker {outcome.worker})" if outcome.worker else ""
                 progress(f"{progress_bar(done, len(todo))} [{done}/{len(todo)}] {student}: "
-                         f"{outcome.problem or 'graded'}")
+                         f"{outcome.problem or 'graded'}{where}")
     shutil.rmtree(root / "work", ignore_errors=True)
     remove_empty_cgroups()
     return result

@@ -85,9 +85,11 @@ def _write(folder: Path, files: dict[str, tuple[bytes, float]]) -> None:
         os.utime(path, (mtime, mtime))
 
 
-def _pack(outcome: Outcome, lab: str) -> dict:
-    """One worker's outcome as bytes: with a graded student's folders and private gradebook."""
-    packed = {"student": outcome.student, "problem": outcome.problem, "flags": outcome.flags, "files": None}
+def _pack(outcome: Outcome, lab: str, worker: str) -> dict:
+    """One outcome of the Dask worker named ``worker`` as bytes: with a graded student's folders and
+    private gradebook."""
+    packed = {"student": outcome.student, "problem": outcome.problem, "flags": outcome.flags, "files": None,
+              "worker": worker}
     if outcome.problem is None:
         gradebook = outcome.work / "gradebook.db"
         packed["files"] = {"gradebook.db": (gradebook.read_bytes(), gradebook.stat().st_mtime)}
@@ -102,17 +104,19 @@ def _unpack(packed: dict, work: Path) -> Outcome:
     """The outcome :func:`_pack` made, its files written into a private root of its own under ``work``."""
     student = packed["student"]
     if packed["files"] is None:
-        return Outcome(student, packed["problem"], list(packed["flags"]))
+        return Outcome(student, packed["problem"], list(packed["flags"]), worker=packed["worker"])
     root = work / "shipped" / student
     shutil.rmtree(root, ignore_errors=True)
     _write(root, packed["files"])
-    return Outcome(student, None, list(packed["flags"]), root)
+    return Outcome(student, None, list(packed["flags"]), root, packed["worker"])
 
 
 def run_shipped(chunk: Callable, lab: str, shipped: dict) -> list[dict]:
     """On a Dask worker: grade one shipped chunk with ``chunk`` (:func:`~autograder.run.batch.grade_chunk`)
-    in a fresh process, in a temporary folder; return the packed outcomes. Raises :class:`WorkerRefused`
-    rather than grade where :func:`check_worker` says no."""
+    in a fresh process, in a temporary folder; return the packed outcomes, each naming this worker.
+    Raises :class:`WorkerRefused` rather than grade where :func:`check_worker` says no."""
+    from distributed import get_worker
+
     reason = check_worker(lab, shipped["fingerprint"], shipped["sandbox"])
     if reason:
         raise WorkerRefused(reason)
@@ -126,7 +130,8 @@ def run_shipped(chunk: Callable, lab: str, shipped: dict) -> list[dict]:
             notebooks[student] = folder / "incoming" / student / shipped["notebook"]
         with futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as one:
             outcomes = one.submit(chunk, lab, notebooks, folder / "template", folder / "work", sandbox).result()
-        return [_pack(outcome, lab) for outcome in outcomes]
+        worker = get_worker()
+        return [_pack(outcome, lab, str(worker.name or worker.address)) for outcome in outcomes]
 
 
 def _connect(address: str):
@@ -190,6 +195,8 @@ class ClusterPool(futures.Executor):
                 result.set_result([_unpack(packed, work) for packed in done.result()])
             except BaseException as error:  # the chunk's students get the reason (grade_batch)
                 result.set_exception(error)
+            finally:  # fetched: a worker that dies now must not make Dask grade the chunk again
+                done.release()
         remote.add_done_callback(finished)
         result.remote = remote  # Dask forgets a task whose last future is gone
         return result

@@ -17,3 +17,4 @@ class Outcome:
     problem: str | None = None
     flags: list[str] = field(default_factory=list)
     work: Path | None = None  # the private course root holding the graded submission
+    worker: str | None = None  # the Dask worker that graded it (None: a local process)
