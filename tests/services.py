@@ -78,14 +78,17 @@ def postgres() -> Iterator[str]:
 class DaskCluster:
     """A ``dask scheduler`` on a free port of localhost and ``dask worker`` processes (one thread each, no
     nanny: a killed worker stays dead), each in a process group of its own, started from the repository
-    (the course installed as on a grading machine)."""
+    (the course installed as on a grading machine). The scheduler gives a worker a chunk only when it
+    is free (worker saturation 1.0, not Dask's 1.1, which queues a second task on a busy one), so the
+    first worker to finish a chunk is the one that grades the next."""
 
     def __init__(self, folder: Path):
         self.folder, self.port = folder, free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.processes: list[subprocess.Popen] = []
         self.workers: dict[str, subprocess.Popen] = {}
-        self._start("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"])
+        self._start("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard"],
+                    {"DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0"})
 
     def _start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}

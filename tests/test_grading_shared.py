@@ -3,12 +3,16 @@ and grading on a Dask cluster (``mlsys course grade --cluster``). The servers ar
 (tests/services.py: a PostgreSQL cluster run by an unprivileged user, a ``dask scheduler`` and ``dask
 worker`` processes), started and stopped here.
 
-The oracle is the course's default: the same submissions graded by local processes into the course
-folder's SQLite gradebook. Every other way must leave the same gradebook rows, cell for cell. Lab 4 is
-graded, its notebook being the quickest to grade; its solution, its blank and a wrong answer.
+The oracle is the course's default: the same submissions graded once, for the whole module, by a local
+process into the course folder's SQLite gradebook. Every other way must leave the same gradebook rows,
+cell for cell. Lab 4 is graded, its notebook being the quickest to grade; its solution, one wrong answer
+and its blank (the cheapest notebook to grade, handed in by student ``zero``, last in the order of
+grading): three submissions, so that on two Dask workers one grades a second chunk, the blank, and is
+killed in it.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,16 +64,16 @@ def sqlite(root: Path) -> str:
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
-    """The oracle: the submissions (``<folder>/subs``) graded by local processes, and the rows they left."""
+    """The oracle: the submissions (``<folder>/subs``) graded by a local process, and the rows they left."""
     folder = tmp_path_factory.mktemp("shared")
-    expected = samples.build_samples(LAB, folder / "subs", wrong=1)
-    results = course.grade(LAB, folder / "subs", root=folder / "local", workers=2, chunk_size=1, log=quiet)
-    assert {r.student: r.status for r in results} == dict.fromkeys(expected, "graded")
-    rows = gradebook_rows(sqlite(folder / "local"))
+    wrong = next(student for student, answer in samples.build_samples(LAB, folder / "subs", wrong=1).items()
+                 if answer is not None)
+    (folder / "subs" / "blank").rename(folder / "subs" / "zero")  # graded after the others (sorted by name)
+    results = course.grade(LAB, folder / "subs", root=folder / "local", workers=1, chunk_size=3, log=quiet)
+    assert {r.student: r.status for r in results} == dict.fromkeys(["solution", wrong, "zero"], "graded")
     scores = {r.student: r.score for r in results}
-    wrong = next(student for student, answer in expected.items() if answer is not None)
-    assert scores["solution"] == results[0].max_score > scores[wrong] > scores["blank"] == 0
-    return folder, rows
+    assert scores["solution"] == results[0].max_score > scores[wrong] > scores["zero"] == 0
+    return folder, gradebook_rows(sqlite(folder / "local"))
 
 
 # --- the shared gradebook ---------------------------------------------------------------------------
@@ -87,7 +91,7 @@ def test_two_tas_grading_at_once_share_one_postgresql_gradebook(local_run):
     folder, oracle = local_run
     with postgres() as url:
         course.prepare_gradebook(LAB, course_folder(folder, "instructor", url))  # the instructor's release
-        shares = {"ta1": ["solution", "blank"], "ta2": sorted(set(oracle) - {"solution", "blank"})}
+        shares = {"ta1": ["solution"], "ta2": sorted(set(oracle) - {"solution"})}  # about as long each
         graders = []
         for ta, students in shares.items():
             for student in students:
@@ -134,34 +138,52 @@ def kernel_started_by(pid: int) -> bool:
     return False
 
 
+#: A progress line of a student graded on a Dask worker: ``... [2/3] solution: graded (Dask worker w1)``.
+GRADED_ON = re.compile(r"\] (?P<student>\S+): graded \(Dask worker (?P<worker>[^)]+)\)$")
+
+
 def test_two_workers_one_killed_mid_chunk_grade_as_the_local_run(local_run, cluster):
-    """Chunks of one student over two workers; once a chunk is merged, the first worker seen running a
-    grading kernel is killed with everything it started. Dask runs its chunk again on the other."""
+    """Chunks of one student over two workers. The first worker seen grading a second chunk, after its
+    first was merged, is killed with everything it started; Dask runs that chunk again on the other.
+    Both workers' chunks are merged, each student once, into the rows the local run left."""
     folder, oracle = local_run
     cluster.add_worker("w1")
     cluster.add_worker("w2")
-    merged, killed = threading.Event(), []
+    graded_on: list[tuple[str, str]] = []  # (student, worker), in the order merged
+    finished, killed = threading.Event(), []
 
-    def kill_a_worker_mid_chunk():
+    def log(line: str) -> None:
+        if match := GRADED_ON.search(line):
+            graded_on.append((match["student"], match["worker"]))
+
+    def kill_a_worker_in_its_second_chunk():
         deadline = time.monotonic() + 300
-        merged.wait(timeout=300)
-        while not killed and time.monotonic() < deadline:
-            for name, process in cluster.workers.items():
-                if kernel_started_by(process.pid):
+        while not finished.is_set() and time.monotonic() < deadline:
+            for name in dict.fromkeys(worker for _, worker in graded_on):
+                if kernel_started_by(cluster.workers[name].pid):
                     cluster.kill(name)
-                    killed.append(name)
+                    killed.append((name, len(graded_on)))
                     return
             time.sleep(0.05)
 
-    killer = threading.Thread(target=kill_a_worker_mid_chunk)
+    killer = threading.Thread(target=kill_a_worker_in_its_second_chunk)
     killer.start()
-    results = course.grade(LAB, folder / "subs", root=folder / "on-dask", chunk_size=1, cluster=cluster.address,
-                           log=lambda line: merged.set() if "[1/" in line else None)
-    merged.set()
-    killer.join()
-    assert killed, "no worker was seen grading after the first chunk was merged"
+    try:
+        results = course.grade(LAB, folder / "subs", root=folder / "on-dask", chunk_size=1,
+                               cluster=cluster.address, log=log)
+    finally:
+        finished.set()
+        killer.join()
+    assert killed, f"no worker was seen grading after a chunk of its own was merged: {graded_on}"
+    (victim, merged_before), = killed
+    survivor = ({"w1", "w2"} - {victim}).pop()
+    assert sorted(student for student, _ in graded_on) == sorted(oracle)  # each student merged once
+    assert {worker for _, worker in graded_on} == {"w1", "w2"}  # the victim's first chunk was kept
+    # the chunk it was killed in, and any after, graded by the other
+    assert merged_before < len(oracle)
+    assert [worker for _, worker in graded_on[merged_before:]] == [survivor] * (len(oracle) - merged_before)
     assert {r.student: r.status for r in results} == dict.fromkeys(oracle, "graded")
-    assert gradebook_rows(sqlite(folder / "on-dask")) == oracle  # each student once, as graded locally
+    assert gradebook_rows(sqlite(folder / "on-dask")) == oracle  # bit for bit as graded locally
     for student in oracle:
         assert (folder / "on-dask" / "feedback" / student / LAB / f"{LAB}.html").is_file()
     assert not (folder / "on-dask" / "work").exists()
