@@ -6,7 +6,7 @@ CREATED := $(VENV)/.created
 STAMP  := $(VENV)/.installed
 GRADER := $(VENV)/etc/jupyter/nbgrader_config.py
 LOGS   := $(VENV)/log
-EXTRAS := dev,mpi,site
+EXTRAS := dev,mpi,site,shared
 
 ## Set-up steps print one line each, what they do and where their log is; their own output (pip's
 ## warnings too) goes to the log, and a failed step prints the log's last lines and its path, and
@@ -26,16 +26,19 @@ endif
 
 setup: $(STAMP) $(GRADER)
 
-## system-deps: bubblewrap, the grading sandbox, and chromium, the browser the browser tests drive
-## (installed when run as root with apt; else a warning; nothing printed when both are there)
+## system-deps: bubblewrap, the grading sandbox, chromium, the browser the browser tests drive, and PostgreSQL,
+## the server of the shared-gradebook tests (installed when run as root with apt; else a warning; nothing
+## printed when all are there)
 system-deps:
 	@missing=; command -v bwrap >/dev/null 2>&1 || missing=bubblewrap; \
 	command -v chromium >/dev/null 2>&1 || missing="$${missing:+$$missing }chromium"; \
+	{ command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || missing="$${missing:+$$missing }postgresql"; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  $(call step,system packages,$$missing (apt-get),apt-get update -qq && apt-get install -y -qq $$missing); \
 	else \
 	  case "$$missing" in *bubblewrap*) echo "warning: bubblewrap is not installed: grading runs with resource limits only";; esac; \
 	  case "$$missing" in *chromium*) echo "warning: chromium is not installed: \`make test\` fails its browser tests (test-fast skips them)";; esac; \
+	  case "$$missing" in *postgresql*) echo "warning: postgresql is not installed: \`make test\` fails its shared-gradebook tests";; esac; \
 	fi
 
 ## the venv, with uv (pip's work in a tenth of the time: it resolves and fetches in parallel and links

@@ -8,6 +8,7 @@ release as the autograder sees it); and the markers that no released file may co
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import nbformat
@@ -17,6 +18,14 @@ from .paths import SOLUTIONS
 #: nbgrader's markers of solution and hidden-test text: a release or student kit holding one leaks it.
 SECRET_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
+
+
+def source_fingerprint(lab: str) -> str:
+    """Changes when the lab's source notebooks (its cells, tests and points) change."""
+    digest = hashlib.sha256()
+    for source in sorted((SOLUTIONS / lab).glob("*.ipynb")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
 
 
 def _grade_id(cell) -> str | None:

@@ -46,7 +46,8 @@ def _cmd_grade(args) -> int:
         return 0
     progress = Progress(args.verbose)
     results = course.grade(args.lab, Path(args.submissions), root=args.course_dir, workers=args.workers,
-                           chunk_size=args.chunk_size, force=args.force, students=args.students, log=progress)
+                           chunk_size=args.chunk_size, force=args.force, students=args.students,
+                           cluster=args.cluster, log=progress)
     progress.clear()
     root = Path(args.course_dir or course_dir())
     print(format_table(results))
@@ -266,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="notebooks graded at once (default: c.Sandbox.workers)")
     p.add_argument("--chunk-size", type=int, default=None,
                    help="students per nbgrader run of a worker (default: c.Sandbox.chunk_size)")
+    p.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="grade on the workers of this Dask scheduler, e.g. tcp://host:8786 (default: "
+                        "c.Sandbox.cluster; none: local processes)")
     p.add_argument("--force", action="store_true", help="regrade submissions graded before and unchanged since")
     p.add_argument("--students", type=Path, default=None, metavar="CSV",
                    help="mapping file: columns prefix and/or lms_id, and student_id "

@@ -89,6 +89,10 @@ class Sandbox(Configurable):
     output_kb = Int(4096, help="Output a notebook may produce while graded, KiB; the rest is dropped.").tag(config=True)
     notebook_mb = Int(32, help="Largest submitted notebook accepted, MiB.").tag(config=True)
     workers = Int(0, help="Notebooks graded at once; 0 means one per CPU core.").tag(config=True)
+    cluster = Unicode("", help="Address of a Dask scheduler (tcp://host:8786) whose workers grade the chunks "
+                               "instead of local processes; each worker needs the course installed and "
+                               "bubblewrap (see docs/instructor/shared-gradebook-and-cluster.md). Empty: "
+                               "local processes.").tag(config=True)
     chunk_size = Int(8, help="Most students a worker grades with one nbgrader run (nbgrader's start-up is "
                              "paid per chunk); 1 grades each alone.").tag(config=True)
     uid = Int(200000, help="When grading as root, each kernel runs as its own unprivileged user id, "
@@ -135,15 +139,15 @@ def imported_modules(source: str) -> set[str]:
 
 def paths_config(root: Path | None = None, release_dir: Path | None = None) -> Config:
     """Where nbgrader reads and writes: ``source`` is ``solutions/``, ``release`` is ``labs/`` (or
-    ``release_dir``); submissions, autograded copies, feedback and the gradebook live under the
-    absolute course root ``root`` (default :func:`course_dir`)."""
+    ``release_dir``); submissions, autograded copies and feedback live under the absolute course root
+    ``root`` (default :func:`course_dir`), and so does the gradebook unless the settings name another
+    (:func:`gradebook_url`)."""
     root = Path(root or course_dir()).resolve()
     c = Config()
     c.CourseDirectory.course_id = "mlsys"
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.source_directory = str(SOLUTIONS)
     c.CourseDirectory.release_directory = str(Path(release_dir or LABS).resolve())
-    c.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
     c.Exchange.root = str(root / "exchange")
     c.NbGrader.logfile = str(root / "nbgrader.log")
     return c
@@ -226,6 +230,20 @@ def load_config(root: Path | None = None, release_dir: Path | None = None) -> Co
         c.merge(PyFileConfigLoader(local.name, path=str(local.parent)).load_config())
     c.merge(paths_config(root, release_dir))
     return c
+
+
+def gradebook_url(root: Path | None = None) -> str:
+    """The course gradebook's database URL (SQLAlchemy's form): nbgrader's ``c.CourseDirectory.db_url``
+    where the settings give one (a PostgreSQL server the teaching team shares,
+    ``postgresql://user@host/mlsys``), else nbgrader's default, ``sqlite:///<root>/gradebook.db``."""
+    from nbgrader.coursedir import CourseDirectory
+
+    return CourseDirectory(config=load_config(root)).db_url
+
+
+def gradebook_file(url: str) -> Path | None:
+    """The file of a SQLite gradebook ``url``; None for a database server."""
+    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
 
 
 def kernel_spec() -> dict:

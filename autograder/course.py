@@ -12,15 +12,16 @@ import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 from nbgrader.converters import GenerateAssignment
 
-from .cells import SECRET_MARKERS, fill, grade_cells
-from .config import Sandbox, install_mathjax, load_config, sandbox_settings
+from .cells import SECRET_MARKERS, fill, grade_cells, source_fingerprint
+from .config import Sandbox, gradebook_file, gradebook_url, install_mathjax, load_config, sandbox_settings
 from .edition.edition import build_edition
 from .edition.release_guard import ReleaseRecord, ReleaseRefused, back_up, default_backups, install, plan_lab, refusal
 from .intake.lms import remember_people
 from .intake.submissions import find_submissions
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
 from .report.report import StudentResult, load_notes, read_results, record_notes, write_reports, write_summary
-from .run.batch import grade_batch, source_fingerprint
+from .run.batch import grade_batch
+from .run.merge import holds_lab
 from .run.nbgrader_run import require_success, run_converter, validate
 from .sandbox.sandbox import probe
 
@@ -139,11 +140,16 @@ def check(labs: list[str] | None = None, *, root: Path | None = None) -> list[Ch
 def prepare_gradebook(lab: str, root: Path) -> None:
     """Record the lab's source cells and points in the gradebook (a private release copy).
 
-    Skipped when the gradebook already holds the lab as its source now stands.
+    Skipped when the gradebook already holds the lab as its source now stands; a gradebook on a
+    server the teaching team shares (``c.CourseDirectory.db_url``) is left as it is once it holds the
+    lab: the first to grade writes it, and nbgrader's generate_assignment cannot rewrite a lab there
+    (PostgreSQL refuses its deletions that leave rows pointing nowhere, which SQLite lets pass).
     """
     stamp = root / "release" / lab / "source.sha256"
     digest = source_fingerprint(lab)
-    if (root / "gradebook.db").exists() and stamp.exists() and stamp.read_text() == digest:
+    url = gradebook_url(root)
+    current = stamp.exists() and stamp.read_text() == digest
+    if (current or gradebook_file(url) is None) and holds_lab(url, lab):
         return
     require_success(run_converter(GenerateAssignment, lab, ".", root=root, release_dir=root / "release"),
                     f"nbgrader generate_assignment {lab}")
@@ -152,12 +158,14 @@ def prepare_gradebook(lab: str, root: Path) -> None:
 
 def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int | None = None,
           chunk_size: int | None = None, force: bool = False, students: Path | None = None,
-          log=print) -> list[StudentResult]:
+          cluster: str | None = None, log=print) -> list[StudentResult]:
     """Collect, autograde and give feedback on every submission of ``lab``; write the reports.
 
     ``students`` names a mapping file (LMS name or id -> student id, see :mod:`autograder.intake.lms`).
 
-    Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.run.batch`).
+    Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.run.batch`): by
+    local processes, or by the workers of the Dask scheduler at ``cluster`` (default ``c.Sandbox.cluster``;
+    :mod:`autograder.run.cluster`), which check their own sandboxes.
     One student's broken submission never stops the batch: it gets 0 with the reason recorded.
     Returns one :class:`StudentResult` per student found.
     """
@@ -168,10 +176,12 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
     config = load_config(root)
     settings = Sandbox(config=config)
     sandbox = sandbox_settings(config, lab, build_edition(lab, root / "editions" / lab))
-    if settings.bubblewrap and not shutil.which("bwrap"):
-        log("warning: bubblewrap (bwrap) is not installed: notebooks run with resource limits only, "
-            "able to read this machine's files and use the network")
-    probe(sandbox)
+    cluster = settings.cluster if cluster is None else cluster
+    if not cluster:
+        if settings.bubblewrap and not shutil.which("bwrap"):
+            log("warning: bubblewrap (bwrap) is not installed: notebooks run with resource limits only, "
+                "able to read this machine's files and use the network")
+        probe(sandbox)
     with tempfile.TemporaryDirectory() as unpack:
         limit = settings.notebook_mb * 2**20
         found = find_submissions(Path(submissions), lab, Path(unpack), limit=limit, students=students)
@@ -179,7 +189,7 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
         for student, note in found.notes.items():
             log(f"{student}: {note}")
         batch = grade_batch(lab, found.notebooks, root, source=found.root, sandbox=sandbox, limit=limit,
-                            force=force, companions=found.companions, progress=log,
+                            force=force, companions=found.companions, progress=log, cluster=cluster or None,
                             workers=settings.workers if workers is None else workers,
                             chunk_size=settings.chunk_size if chunk_size is None else chunk_size)
     problems = {**batch.problems, **found.problems}

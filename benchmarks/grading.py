@@ -1,6 +1,11 @@
 """Grading a class: plain serial ``nbgrader autograde`` vs ``mlsys course grade`` (parallel, sandboxed).
 
     python benchmarks/grading.py [--students 40] [--lab lab01_tensors]
+    python benchmarks/grading.py --cluster [--students 12] [--lab lab04_memory]
+
+With ``--cluster`` it instead grades the class on a local Dask cluster (a ``dask scheduler`` and one,
+then two, ``dask worker`` processes of one thread each, tests/services.py) and prints students per second
+and seconds per notebook for each: the figures behind docs/instructor/shared-gradebook-and-cluster.md.
 
 Makes N submissions of one lab (a mix of correct, wrong and adversarial ones, cycling through the
 lab's samples and the attacks from tests/adversarial_corpus.py that plain nbgrader survives and that
@@ -25,7 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+# this folder's distributed.py (a benchmark) would hide Dask's `distributed` package
+sys.path[:] = [str(REPO), str(REPO / "tests")] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
 
 import nbformat  # noqa: E402
 
@@ -89,11 +95,36 @@ def course_grade(lab: str, folder: Path) -> float:
     return time.perf_counter() - start
 
 
+def on_cluster(lab: str, folder: Path) -> list[tuple[int, float]]:
+    """(workers, seconds) for ``mlsys course grade --cluster`` over the class on 1, then 2, local Dask workers."""
+    from services import dask_cluster
+
+    timings = []
+    (folder / "dask").mkdir()
+    with dask_cluster(folder / "dask") as cluster:
+        for workers in (1, 2):
+            cluster.add_worker(f"w{workers}")
+            root = folder / f"cluster{workers}"
+            course.prepare_gradebook(lab, root)
+            start = time.perf_counter()
+            course.grade(lab, folder / "class", root=root, cluster=cluster.address, log=lambda message: None)
+            timings.append((workers, time.perf_counter() - start))
+    return timings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--lab", default="lab01_tensors")
+    parser.add_argument("--cluster", action="store_true", help="students per second on 1 and 2 local Dask workers")
     args = parser.parse_args()
+    if args.cluster:
+        with tempfile.TemporaryDirectory() as tmp:
+            n = len(make_class(args.lab, args.students, Path(tmp)))
+            for workers, seconds in on_cluster(args.lab, Path(tmp)):
+                print(f"{n} submissions of {args.lab} on {workers} Dask worker(s) of one thread ({os.cpu_count()} cores): "
+                      f"{seconds:6.1f} s, {n / seconds:5.2f} students/s, {seconds * workers / n:5.2f} worker-s/notebook")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         names = make_class(args.lab, args.students, folder)

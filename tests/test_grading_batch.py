@@ -115,13 +115,16 @@ def test_gradebook_is_prepared_again_only_when_the_lab_source_changed(tmp_path, 
 
 @pytest.fixture(scope="module")
 def small_limits(tmp_path_factory):
-    """A course root with the lab's gradebook, its sandbox settings with small limits, and the solution."""
+    """A course root with the lab's gradebook and the template of its workers' private roots (``template``),
+    its sandbox settings with small limits, and the solution."""
     from autograder import course
     from autograder.config import load_config, sandbox_settings
     from autograder.edition.edition import build_edition
+    from autograder.run.batch import make_template
 
     tmp = tmp_path_factory.mktemp("limits")
     course.prepare_gradebook(LAB, tmp / "course")
+    make_template(tmp / "course", LAB, tmp / "template")
     settings = sandbox_settings(load_config(tmp / "course"), LAB, build_edition(LAB, tmp / "course" / "editions" / LAB))
     samples.build_samples(LAB, tmp / "samples", wrong=0)
     solved = nbformat.read(tmp / "samples" / "solution" / f"{LAB}.ipynb", as_version=4)
@@ -144,7 +147,7 @@ def test_a_kernel_stopped_by_the_cpu_limit_is_graded_once_as_far_as_it_got(small
     tmp, settings, solved = small_limits
     notebook = _submit(solved, ["while True:\n    pass"], tmp / "cpu" / f"{LAB}.ipynb")
     work = tmp / "course" / "work" / "cpu"
-    (outcome,) = grade_chunk(LAB, {"spinner": notebook}, tmp / "course", work, {**settings, "cpu_seconds": 4})
+    (outcome,) = grade_chunk(LAB, {"spinner": notebook}, tmp / "template", work, {**settings, "cpu_seconds": 4})
     assert outcome.problem is None, outcome.problem
     assert outcome.work == work and not (work / "alone").exists(), "a kernel stopped by a limit was graded again"
     assert any("stopped by the notebook's CPU-time limit (4 s)" in flag for flag in outcome.flags), outcome.flags
@@ -166,7 +169,7 @@ def test_cells_that_kill_the_kernel_are_retried_within_one_wall_clock_budget(sma
     cells = ["import time\ntime.sleep(3)", "import os\nos._exit(1)"] * 4
     notebook = _submit(solved, cells, tmp / "killer" / f"{LAB}.ipynb")
     work = tmp / "course" / "work" / "killer"
-    (outcome,) = grade_chunk(LAB, {"killer": notebook}, tmp / "course", work, {**settings, "wall_seconds": 15})
+    (outcome,) = grade_chunk(LAB, {"killer": notebook}, tmp / "template", work, {**settings, "wall_seconds": 15})
     said = " ".join([outcome.problem or "", *outcome.flags])
     skipped = [flag for flag in outcome.flags if "stopped the kernel and was skipped" in flag]
     assert 1 <= len(skipped) <= 2, f"retried {len(skipped)} times: {said}"

@@ -37,6 +37,8 @@ from typing import Callable
 import yaml
 from nbgrader.api import Gradebook
 
+from ..config import gradebook_url
+
 #: What nbgrader accepts as a student id (it becomes a folder name and a database key).
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 
@@ -262,7 +264,7 @@ def remember_people(root: Path, lab: str, people: dict[str, Person]) -> None:
     everything = json.loads(path.read_text()) if path.exists() else {}
     everything.setdefault(lab, {}).update({student: asdict(person) for student, person in people.items()})
     path.write_text(json.dumps(everything, indent=1, sort_keys=True))
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+    with Gradebook(gradebook_url(root)) as gradebook:
         for student, person in people.items():
             first, last = person.first_last()
             known = {"first_name": first, "last_name": last, "email": person.email,

@@ -20,6 +20,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import gradebook_file, gradebook_url
 from ..intake.lms import load_people
 from ..paths import check_lab, course_dir
 from .report import load_notes, read_results
@@ -57,7 +58,8 @@ def export_grades(lab: str, lms: str, out: Path | None = None, *, root: Path | N
     if lms not in LMSES:
         raise ValueError(f"unknown LMS {lms!r}: the exports are {', '.join(LMSES)}")
     root = Path(root or course_dir())
-    if not (root / "gradebook.db").exists():
+    file = gradebook_file(gradebook_url(root))
+    if file is not None and not file.exists():
         raise ValueError(f"no gradebook in {root}: grade {lab} first")
     results = read_results(root, lab, load_notes(root, "problems", lab), load_notes(root, "flags", lab))
     if not results:

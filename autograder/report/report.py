@@ -9,6 +9,8 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 
+from ..config import gradebook_url
+
 GRADED = "graded"
 
 
@@ -34,7 +36,7 @@ def read_results(root: Path, lab: str, problems: dict[str, str],
     penalty (``c.LateSubmissionPlugin``), which the status then names; the exercises' are not.
     """
     flags = flags or {}
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook_url(root)) as gb:
         try:
             assignment = gb.find_assignment(lab)
         except MissingEntry:

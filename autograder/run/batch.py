@@ -42,27 +42,17 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.utils import parse_utc
 
+from ..cells import source_fingerprint
+from ..config import gradebook_url
 from ..intake.safe_fs import UnsafePath, check_tree, read_beneath
 from ..intake.sanitize import UnreadableSubmission, demote_duplicate_cells, read_submission, tamper_flags
 from ..intake.submissions import COMPANIONS
-from ..paths import SOLUTIONS
 from ..sandbox.sandbox import remove_empty_cgroups
+from .cluster import ClusterPool
 from .execute import KILLER_ENV, NOTES_ENV, read_notes, spent_seconds
-from .merge import merge_submission
+from .merge import copy_assignment, merge_submission
 from .nbgrader_run import run_converter
-
-STEPS = ("submitted", "autograded", "feedback")
-
-
-@dataclass
-class Outcome:
-    """What a worker did with one submission: graded (``problem`` None) or why not; reasons to flag it."""
-
-    student: str
-    problem: str | None = None
-    flags: list[str] = field(default_factory=list)
-    work: Path | None = None  # the private course root holding the graded submission
-
+from .outcome import STEPS, Outcome
 
 @dataclass
 class BatchResult:
@@ -130,16 +120,16 @@ def collect(lab: str, student: str, notebook: Path, root: Path) -> list[str]:
     return flags
 
 
-def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: Path, sandbox: dict,
+def grade_one(lab: str, student: str, notebook: Path, template: Path, work: Path, sandbox: dict,
               spent: float = 0) -> Outcome:
     """Worker: autograde and give feedback on one submission in the private course root ``work``
-    (a folder under ``course_root``, whose gradebook it copies), its kernel in the ``sandbox``.
+    (made from ``template``: :func:`private_root`), its kernel in the ``sandbox``.
 
     ``spent``: wall-clock seconds this student's notebook already took (in its chunk). All attempts
     together get ``sandbox['wall_seconds']``: each gets what the earlier ones left, and none starts
     once nothing is left.
     """
-    private_root(course_root, work)
+    private_root(template, work)
     try:
         flags = collect(lab, student, notebook, work)
     except UnreadableSubmission as error:
@@ -174,24 +164,41 @@ def grade_one(lab: str, student: str, notebook: Path, course_root: Path, work: P
     return Outcome(student, None, flags, work)
 
 
-def private_root(course_root: Path, work: Path) -> None:
-    """An empty course root at ``work`` with a copy of the course gradebook and of the course
-    folder's own settings file, if any (its late policy, say)."""
+#: Appended to the course folder's settings file in a private root: its gradebook is its own SQLite file,
+#: whatever gradebook the course's settings name (only the main process writes the course's).
+PRIVATE_GRADEBOOK = ("\n# a grading worker's private root: its own gradebook (autograder.run.batch.make_template)\n"
+                     "import os as _os\n"
+                     "c.CourseDirectory.db_url = 'sqlite:///' + _os.path.join(_os.path.dirname(__file__), 'gradebook.db')\n")
+
+
+def make_template(root: Path, lab: str, template: Path) -> None:
+    """What every private root of this batch starts from, in ``template``: a SQLite gradebook holding
+    ``lab`` as the course gradebook defines it, and the course folder's own settings file (its late
+    policy, say), if any, with :data:`PRIVATE_GRADEBOOK` added."""
+    template.mkdir(parents=True)
+    copy_assignment(gradebook_url(root), template / "gradebook.db", lab)
+    own = root / "nbgrader_config.py"
+    (template / "nbgrader_config.py").write_text((own.read_text() if own.is_file() else "") + PRIVATE_GRADEBOOK)
+
+
+def private_root(template: Path, work: Path) -> None:
+    """An empty course root at ``work`` with a copy of the gradebook and settings in ``template``
+    (:func:`make_template`)."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    shutil.copyfile(course_root / "gradebook.db", work / "gradebook.db")
-    if (course_root / "nbgrader_config.py").is_file():
-        shutil.copyfile(course_root / "nbgrader_config.py", work / "nbgrader_config.py")
+    for name in ("gradebook.db", "nbgrader_config.py"):
+        shutil.copyfile(template / name, work / name)
 
 
-def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: Path, sandbox: dict) -> list[Outcome]:
-    """Worker: autograde and give feedback on several submissions with one nbgrader run of each.
+def grade_chunk(lab: str, notebooks: dict[str, Path], template: Path, work: Path, sandbox: dict) -> list[Outcome]:
+    """Worker: autograde and give feedback on several submissions with one nbgrader run of each, in
+    the private course root ``work`` made from ``template`` (:func:`private_root`).
 
     Every notebook still runs in its own sandboxed kernel (``sandbox``: the settings of
     :func:`~autograder.config.sandbox_settings`). Students nbgrader could not grade here are graded
     again alone by :func:`grade_one` (which can skip a cell that killed the kernel).
     """
-    private_root(course_root, work)
+    private_root(template, work)
     outcomes, collected = {}, {}
     for student, notebook in notebooks.items():
         try:
@@ -207,7 +214,7 @@ def grade_chunk(lab: str, notebooks: dict[str, Path], course_root: Path, work: P
         if (work / "feedback" / student / lab / f"{lab}.html").exists():
             outcomes[student] = Outcome(student, None, flags + read_notes(work / "notes", student), work)
         else:
-            outcomes[student] = grade_one(lab, student, notebooks[student], course_root, work / "alone" / student,
+            outcomes[student] = grade_one(lab, student, notebooks[student], template, work / "alone" / student,
                                           sandbox, spent_seconds(work / "notes", student))
     return [outcomes[student] for student in notebooks]
 
@@ -224,8 +231,9 @@ def chunks(students: list[str], workers: int, most: int) -> list[list[str]]:
     return parts
 
 
-def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:
-    """Move one graded submission's folders and gradebook rows from ``work`` into the course ``root``.
+def merge_outcome(lab: str, student: str, work: Path, root: Path, gradebook: str) -> None:
+    """Move one graded submission's folders and gradebook rows from ``work`` into the course ``root``
+    and its ``gradebook`` (a database URL).
 
     Raises :class:`~autograder.intake.safe_fs.UnsafePath` (nothing moved) if a folder holds anything but
     regular files or is too big.
@@ -239,21 +247,13 @@ def merge_outcome(lab: str, student: str, work: Path, root: Path) -> None:
         shutil.rmtree(target, ignore_errors=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(source), str(target))
-    merge_submission(work / "gradebook.db", root / "gradebook.db", lab, student)
+    merge_submission(work / "gradebook.db", gradebook, lab, student)
 
 
 def progress_bar(done: int, total: int, width: int = 20) -> str:
     """``|#########-----------|`` for ``done`` of ``total``."""
     filled = round(width * done / total) if total else width
     return "|" + "#" * filled + "-" * (width - filled) + "|"
-
-
-def source_fingerprint(lab: str) -> str:
-    """Changes when the lab's source notebooks (its cells, tests and points) change."""
-    digest = hashlib.sha256()
-    for source in sorted((SOLUTIONS / lab).glob("*.ipynb")):
-        digest.update(source.read_bytes())
-    return digest.hexdigest()
 
 
 def fingerprint(lab: str, data: bytes) -> str:
@@ -313,7 +313,7 @@ def graded_in_place(root: Path, lab: str, students: set[str]) -> set[str]:
         return parse_utc(path.read_text().strip()) if path.is_file() else None
 
     done = set()
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+    with Gradebook(gradebook_url(root)) as gradebook:
         for student in students:
             try:
                 recorded = gradebook.find_submission(lab, student).timestamp
@@ -325,13 +325,26 @@ def graded_in_place(root: Path, lab: str, students: set[str]) -> set[str]:
     return done
 
 
+def worker_pool(workers: int, cluster: str | None, lab: str, sandbox: dict,
+                progress: Callable[[str], None]) -> tuple[futures.Executor, int]:
+    """Where chunks are graded, and how many at once: ``workers`` local processes (0: one per CPU core),
+    or, with the address of a Dask scheduler in ``cluster``, its workers' threads (:class:`ClusterPool`)."""
+    if cluster:
+        pool = ClusterPool(cluster, lab, sandbox, log=progress)
+        return pool, pool.workers
+    workers = workers or os.cpu_count() or 1
+    # spawn: no inherited threads or open gradebook sessions
+    return futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")), workers
+
+
 def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Path, sandbox: dict,
                 limit: int = 32 * 2**20, workers: int = 0, chunk_size: int = 1, force: bool = False,
-                companions: dict[str, dict[str, Path]] | None = None,
+                companions: dict[str, dict[str, Path]] | None = None, cluster: str | None = None,
                 progress: Callable[[str], None] = print) -> BatchResult:
     """Grade every ``student -> notebook`` (a path under the folder ``source``) not graded before.
 
-    ``workers`` processes at once (0: one per CPU core), kernels in the ``sandbox`` (settings of
+    ``workers`` processes at once (0: one per CPU core), or the workers of the Dask scheduler at
+    ``cluster`` (``tcp://host:8786``), kernels in the ``sandbox`` (settings of
     :func:`~autograder.config.sandbox_settings`). Students whose submission and lab are unchanged
     since they were last graded, and still graded in the course (:func:`graded_in_place`), are
     skipped unless ``force``. ``companions``: the exchange's files beside each notebook, kept. A
@@ -350,11 +363,12 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Pat
     skipped = len(copies) - len(todo)
     if skipped:
         progress(f"{skipped} submission(s) unchanged since last graded: skipped (force to regrade)")
-    workers = workers or os.cpu_count() or 1
-    context = multiprocessing.get_context("spawn")  # no inherited threads or open gradebook sessions
+    gradebook, template = gradebook_url(root), root / "work" / "template"
+    make_template(root, lab, template)
+    pool, workers = worker_pool(workers, cluster, lab, sandbox, progress)
     done = 0
-    with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        running = {pool.submit(grade_chunk, lab, {s: todo[s] for s in chunk}, root, root / "work" / f"chunk{i}",
+    with pool:
+        running = {pool.submit(grade_chunk, lab, {s: todo[s] for s in chunk}, template, root / "work" / f"chunk{i}",
                                sandbox): chunk
                    for i, chunk in enumerate(chunks(sorted(todo), workers, chunk_size))}
         for future in futures.as_completed(running):
@@ -366,7 +380,7 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Pat
                 student, done = outcome.student, done + 1
                 if outcome.problem is None:
                     try:
-                        merge_outcome(lab, student, outcome.work, root)
+                        merge_outcome(lab, student, outcome.work, root, gradebook)
                         result.graded.add(student)
                     except UnsafePath as error:
                         result.problems[student] = f"graded result refused: {error}"
@@ -375,8 +389,9 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Pat
                 if outcome.flags:
                     result.flags[student] = "; ".join(dict.fromkeys(outcome.flags))
                 manifest.record(lab, student, prints[student])
+                where = f" (Dask worker {outcome.worker})" if outcome.worker else ""
                 progress(f"{progress_bar(done, len(todo))} [{done}/{len(todo)}] {student}: "
-                         f"{outcome.problem or 'graded'}")
+                         f"{outcome.problem or 'graded'}{where}")
     shutil.rmtree(root / "work", ignore_errors=True)
     remove_empty_cgroups()
     return result

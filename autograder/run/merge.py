@@ -1,23 +1,74 @@
-"""Copy one student's graded submission from a worker's gradebook into the course gradebook."""
+"""Copy between the course gradebook and a worker's private one: the lab's definition out, one
+student's graded submission back in.
+
+The course gradebook is nbgrader's (any ``db_url``: the SQLite file of the course folder or a
+PostgreSQL server the teaching team shares); a worker's is always a SQLite file of its private root.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
+
+from ..config import first_on, gradebook_file
 
 
 def _db(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-def merge_submission(source_db: Path, target_db: Path, lab: str, student: str) -> None:
-    """Replace ``student``'s submission of ``lab`` in ``target_db`` by the one in ``source_db``.
+def holds_lab(url: str, lab: str) -> bool:
+    """Whether the gradebook at ``url`` holds ``lab`` (a SQLite file that does not exist holds nothing)."""
+    file = gradebook_file(url)
+    if file is not None and not file.is_file():
+        return False
+    with Gradebook(url) as gradebook:
+        try:
+            gradebook.find_assignment(lab)
+        except MissingEntry:
+            return False
+    return True
 
-    Both gradebooks must hold the same assignment (the worker's is a copy of the course's, made
-    before grading). Scores, comments, flags and the timestamp are carried over.
+
+def copy_assignment(source_url: str, target_db: Path, lab: str) -> None:
+    """Put ``lab`` as the gradebook at ``source_url`` defines it (its notebooks, their cells, points and
+    checksums: what nbgrader's autograde needs) into the SQLite gradebook ``target_db``, made if absent.
+
+    Raises :class:`nbgrader.api.MissingEntry` if ``source_url`` does not hold ``lab``.
     """
-    with Gradebook(_db(source_db)) as source, Gradebook(_db(target_db)) as target:
+    # nbgrader runs this environment's `alembic` when it creates a gradebook, activated or not
+    os.environ["PATH"] = first_on(os.environ.get("PATH", ""), Path(sys.executable).parent)
+    with Gradebook(source_url) as source, Gradebook(_db(target_db)) as target:
+        assignment = source.find_assignment(lab)
+        target.update_or_create_assignment(lab, duedate=assignment.duedate, course_id=assignment.course_id)
+        for notebook in assignment.notebooks:
+            target.update_or_create_notebook(notebook.name, lab, kernelspec=notebook.kernelspec)
+            for cell in notebook.grade_cells:
+                target.update_or_create_grade_cell(cell.name, notebook.name, lab, max_score=cell.max_score,
+                                                   cell_type=cell.cell_type)
+            for cell in notebook.solution_cells:
+                target.update_or_create_solution_cell(cell.name, notebook.name, lab)
+            for cell in notebook.task_cells:
+                target.update_or_create_task_cell(cell.name, notebook.name, lab, max_score=cell.max_score,
+                                                  cell_type=cell.cell_type)
+            for cell in notebook.source_cells:
+                target.update_or_create_source_cell(cell.name, notebook.name, lab, cell_type=cell.cell_type,
+                                                    locked=cell.locked, source=cell.source, checksum=cell.checksum)
+        target.db.commit()
+
+
+def merge_submission(source_db: Path, target_url: str, lab: str, student: str) -> None:
+    """Replace ``student``'s submission of ``lab`` in the gradebook at ``target_url`` by the one in the
+    SQLite gradebook ``source_db``.
+
+    Both gradebooks must hold the same assignment (the worker's is a copy of the course's lab, made
+    before grading: :func:`copy_assignment`). Scores, comments, flags and the timestamp are carried
+    over; only ``student``'s rows are written, so graders writing other students at once lose nothing.
+    """
+    with Gradebook(_db(source_db)) as source, Gradebook(target_url) as target:
         graded = source.find_submission(lab, student)
         try:
             target.remove_submission(lab, student)
