@@ -209,3 +209,24 @@ def test_an_unreachable_scheduler_is_a_clear_error_not_a_hang(monkeypatch):
     with pytest.raises(RuntimeError, match=f"cannot reach the Dask scheduler at '{address}' within 3 s"):
         ClusterPool(address, LAB, lab_sandbox())
     assert time.monotonic() - start < 15
+
+
+def test_a_cluster_left_without_workers_fails_the_chunk_not_hangs(cluster, monkeypatch, tmp_path):
+    """The one worker dies before its chunk runs: the chunk fails with the reason once no worker has
+    been back for WORKERLESS_TIMEOUT_S, instead of Dask keeping it waiting for a worker for ever."""
+    monkeypatch.setattr(cluster_module, "WORKERLESS_TIMEOUT_S", 3)
+    cluster.add_worker("only")
+    pool = ClusterPool(cluster.address, LAB, lab_sandbox(), log=quiet)
+    try:
+        cluster.kill("only")
+        (tmp_path / "template").mkdir()
+        (tmp_path / "incoming" / "s1").mkdir(parents=True)
+        (tmp_path / "incoming" / "s1" / f"{LAB}.ipynb").write_text("{}")
+        start = time.monotonic()
+        chunk = pool.submit(len, LAB, {"s1": tmp_path / "incoming" / "s1" / f"{LAB}.ipynb"},
+                            tmp_path / "template", tmp_path / "work", lab_sandbox())
+        with pytest.raises(RuntimeError, match=f"no Dask worker that may grade {LAB} has been in the cluster for 3 s"):
+            chunk.result(timeout=60)
+        assert time.monotonic() - start < 30
+    finally:
+        pool.shutdown()

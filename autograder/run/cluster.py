@@ -24,10 +24,14 @@ the gradebook, and only from a finished chunk, a rerun grades nobody twice.
 from __future__ import annotations
 
 import concurrent.futures as futures
+import contextlib
+import functools
 import multiprocessing
 import os
 import shutil
 import tempfile
+import threading
+import time
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
@@ -40,6 +44,9 @@ from .outcome import STEPS, Outcome
 CONNECT_TIMEOUT_S = 15
 #: Seconds each worker has to answer :func:`check_worker` (it builds the lab's edition once and starts a sandbox).
 CHECK_TIMEOUT_S = 180
+#: Seconds the batch waits with no worker that may grade left in the cluster before the chunks not
+#: finished fail (their students are reported not graded), rather than waiting for ever.
+WORKERLESS_TIMEOUT_S = 120
 
 
 class WorkerRefused(RuntimeError):
@@ -177,6 +184,31 @@ class ClusterPool(futures.Executor):
                                + "; nothing was graded")
         threads = self.client.nthreads()
         self.workers = sum(threads.get(worker, 1) for worker in self.accepted)
+        self._pending: set[futures.Future] = set()
+        self._closed = threading.Event()
+        threading.Thread(target=self._fail_when_workerless, name="dask-workerless-watch", daemon=True).start()
+
+    def _fail_when_workerless(self, interval: float = 1.0) -> None:
+        """Fail the chunks not finished once no accepted worker has been in the cluster for
+        :data:`WORKERLESS_TIMEOUT_S` (Dask would keep them waiting for such a worker for ever)."""
+        since = None
+        while not self._closed.wait(interval):
+            try:
+                alive = set(self.client.scheduler_info()["workers"]) & set(self.accepted)
+            except Exception:  # noqa: BLE001 - the scheduler is gone too: no worker either
+                alive = set()
+            if alive or not self._pending:
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since >= WORKERLESS_TIMEOUT_S:
+                error = RuntimeError(f"no Dask worker that may grade {self.lab} has been in the cluster for "
+                                     f"{WORKERLESS_TIMEOUT_S} s: this chunk was not graded (grade again)")
+                for result in list(self._pending):
+                    result.remote.cancel()
+                    with contextlib.suppress(futures.InvalidStateError):  # it finished meanwhile
+                        result.set_exception(error)
+                since = None
 
     def submit(self, chunk: Callable, lab: str, notebooks: dict[str, Path], template: Path, work: Path,
                sandbox: dict) -> futures.Future:
@@ -190,16 +222,22 @@ class ClusterPool(futures.Executor):
         result: futures.Future = futures.Future()
 
         def finished(done) -> None:
+            self._pending.discard(result)
             try:
                 work.mkdir(parents=True, exist_ok=True)
-                result.set_result([_unpack(packed, work) for packed in done.result()])
+                outcomes = [_unpack(packed, work) for packed in done.result()]
+                settle = functools.partial(result.set_result, outcomes)
             except BaseException as error:  # the chunk's students get the reason (grade_batch)
-                result.set_exception(error)
+                settle = functools.partial(result.set_exception, error)
             finally:  # fetched: a worker that dies now must not make Dask grade the chunk again
                 done.release()
-        remote.add_done_callback(finished)
+            with contextlib.suppress(futures.InvalidStateError):  # failed already: no worker was left
+                settle()
         result.remote = remote  # Dask forgets a task whose last future is gone
+        self._pending.add(result)
+        remote.add_done_callback(finished)
         return result
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._closed.set()
         self.client.close()
