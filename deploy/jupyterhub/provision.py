@@ -1,0 +1,203 @@
+"""Make (``up``) or remove (``down``) the Unix accounts and folders a class on the course's JupyterHub needs.
+
+    python -m deploy.jupyterhub.provision up   deploy/jupyterhub/class.yaml
+    python -m deploy.jupyterhub.provision down deploy/jupyterhub/class.yaml
+
+Run as root (the hub runs as root too and starts each person's server as that person, as The
+Littlest JupyterHub does). ``up`` is idempotent: an account that exists is kept as it is (its
+password too); a new one gets a random password, written to ``<root>/hub/passwords.txt`` (root
+only) for PAM, the hub's login. It makes
+
+- an account per person and ``grader-<course>``, which runs Formgrader and owns the course folder;
+  home folders are private (0700), so no student opens another's;
+- the Unix group ``formgrade-<course>`` of the teaching team, who may read the course folder
+  (mode 2750: the gradebook and submissions are closed to students);
+- nbgrader's exchange root, 0777 as nbgrader wants it; nbgrader itself gives the course's folders in it
+  their modes (``inbound`` 2733: students drop submissions but list nobody's);
+- the hub's state folder (0700, root's);
+- ``<root>/env``, the course's environment as every account runs it (:func:`shared_environment`).
+
+``down`` removes the accounts ``up`` made (listed in ``<root>/hub/created.txt``) with their homes;
+the course folder and the exchange stay (they hold the grades).
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from deploy.jupyterhub.classroom import Classroom, load
+
+#: Longest a user or group command may take (seconds).
+COMMAND_TIMEOUT_S = 60
+
+
+def run(command: list[str], stdin: str | None = None) -> None:
+    """Run a system command; a failure raises ``RuntimeError`` with what it printed."""
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
+
+
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def group_exists(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def created(classroom: Classroom) -> list[str]:
+    """The accounts (and, prefixed with ``@``, the groups) ``up`` made for this class, in order."""
+    path = classroom.state / "created.txt"
+    return path.read_text().split() if path.is_file() else []
+
+
+def record(classroom: Classroom, name: str) -> None:
+    """Note that ``up`` made the account or (``@name``) group ``name``: ``down`` removes only those."""
+    with open(classroom.state / "created.txt", "a") as out:
+        out.write(name + "\n")
+
+
+def add_account(classroom: Classroom, name: str, login: bool) -> None:
+    """Make the account ``name`` with a private home; one that logs in gets a random password (PAM)."""
+    if user_exists(name):
+        return
+    home = classroom.home / name
+    run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash", "--user-group", name])
+    record(classroom, name)
+    os.chmod(home, 0o700)
+    if login:
+        password = secrets.token_urlsafe(12)
+        run(["chpasswd"], stdin=f"{name}:{password}\n")
+        fd = os.open(classroom.passwords, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as out:
+            out.write(f"{name}:{password}\n")
+
+
+def folder(path: Path, mode: int, owner: str = "root", group: str = "root") -> None:
+    """Make ``path`` (and its parents) and give it ``mode``, ``owner`` and ``group``."""
+    path.mkdir(parents=True, exist_ok=True)
+    shutil.chown(path, owner, group)
+    os.chmod(path, mode)
+
+
+def runnable_by_all(path: Path) -> bool:
+    """Whether every account may run ``path``: it and each folder above it are executable by others."""
+    path = path.resolve()
+    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
+
+
+def shared_environment(classroom: Classroom) -> Path:
+    """The course's environment as every account runs it; returns its ``bin`` folder.
+
+    It is this environment's packages, run by an interpreter every account may run: this one if it
+    may (then ``<root>/env/bin`` is this environment's ``bin``), else the system's Python of the same
+    version (a virtual environment made from a Python under ``/root``, e.g. pyenv's, cannot be run by
+    anyone else). Then ``<root>/env`` is a virtual environment of that Python whose ``.pth`` file adds
+    this environment's packages, with this environment's commands (``jupyterhub-singleuser``,
+    ``nbgrader``, ``alembic``...) pointed at its interpreter, and its Jupyter folders (``etc``, ``share``)."""
+    own_bin = Path(sys.executable).parent
+    env = classroom.root / "env"
+    if runnable_by_all(Path(sys.executable)):
+        if env.is_symlink() or not env.exists():
+            env.unlink(missing_ok=True)
+            env.symlink_to(own_bin.parent)
+        return env / "bin"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path("/usr/bin") / version
+    if not system.is_file() or not runnable_by_all(system):
+        raise RuntimeError(f"{sys.executable} cannot be run by the class's accounts (a folder above it is closed "
+                           f"to them) and there is no {system} to run the course's packages instead: install "
+                           f"Debian's {version} (apt-get install {version}-venv), or make the course's environment "
+                           f"from a Python everyone can run (make setup PYTHON=/usr/bin/python3)")
+    python = env / "bin" / "python"
+    if not python.exists():
+        run([str(system), "-m", "venv", "--without-pip", str(env)])
+    for shared in ("etc", "share"):  # Jupyter's settings, extensions and kernels of this environment
+        if not (env / shared).exists():
+            (env / shared).symlink_to(own_bin.parent / shared)
+    packages = Path(sysconfig.get_paths()["purelib"])
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True, timeout=COMMAND_TIMEOUT_S).stdout.strip())
+    (site / "mlsys-course.pth").write_text(f"import site; site.addsitedir({str(packages)!r})\n")
+    for script in own_bin.iterdir():
+        head = script.read_bytes()[:200] if script.is_file() and not script.is_symlink() else b""
+        if head.startswith(b"#!" + str(own_bin).encode()):
+            text = script.read_text().split("\n", 1)[1]
+            (env / "bin" / script.name).write_text(f"#!{python}\n{text}")
+            os.chmod(env / "bin" / script.name, 0o755)
+    return env / "bin"
+
+
+def up(classroom: Classroom) -> None:
+    """Accounts, groups and folders of the class (see the module's docstring); idempotent."""
+    folder(classroom.root, 0o755)
+    folder(classroom.state, 0o700)
+    if not classroom.home.exists():
+        folder(classroom.home, 0o755)
+    for name in classroom.people:
+        add_account(classroom, name, login=True)
+    add_account(classroom, classroom.grader, login=False)
+    team = f"formgrade-{classroom.course}"
+    if not group_exists(team):
+        run(["groupadd", team])
+        record(classroom, f"@{team}")
+    for name in classroom.teaching_team + (classroom.grader,):
+        run(["usermod", "--append", "--groups", team, name])
+    folder(classroom.course_dir, 0o2750, classroom.grader, team)
+    folder(classroom.exchange, 0o777, classroom.grader, classroom.grader)
+    shared_environment(classroom)
+
+
+def down(classroom: Classroom) -> list[str]:
+    """Remove the accounts and groups ``up`` made, with the accounts' homes; returns their names."""
+    names = created(classroom)
+    for name in names:
+        if not name.startswith("@") and user_exists(name):
+            run(["userdel", "--remove", name])  # its own group too (--user-group)
+    for name in names:
+        if name.startswith("@") and group_exists(name[1:]):
+            run(["groupdel", name[1:]])
+    (classroom.state / "created.txt").unlink(missing_ok=True)
+    classroom.passwords.unlink(missing_ok=True)
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m deploy.jupyterhub.provision", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("up", "down"))
+    parser.add_argument("class_file", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        classroom = load(args.class_file)
+    except ValueError as error:
+        parser.error(str(error))
+    if os.geteuid() != 0:
+        parser.error("run as root: it adds Unix accounts, and the hub starts each server as its user")
+    if args.action == "up":
+        up(classroom)
+        print(f"{classroom.course}: {len(classroom.people)} accounts, course folder {classroom.course_dir}, "
+              f"exchange {classroom.exchange}; new accounts' passwords: {classroom.passwords}")
+    else:
+        print(f"removed accounts: {' '.join(down(classroom)) or 'none'}; {classroom.root} stays")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
