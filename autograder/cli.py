@@ -122,7 +122,8 @@ def _gpu_figures() -> int:
     if not gpu_available():
         print(NO_GPU.format(reason=device_info()["reason"]))
         return 0
-    for figure in gpu_figures(LECTURES / "figures"):
+    figures, _ = gpu_figures(LECTURES / "figures")  # prints the table and each claim
+    for figure in figures:
         print(f"figure {figure}")
     return 0
 

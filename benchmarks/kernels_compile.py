@@ -29,14 +29,15 @@ sys.path.insert(0, str(ROOT))
 from numba import types  # noqa: E402
 
 from mlsys_lib.kernels.gpu import targets  # noqa: E402  (importing mlsys_lib selects the backend)
-from mlsys_lib.kernels import (attention, conv1d, elementwise, matmul, norms, reduce, scan,  # noqa: E402
-                               transpose)
+from mlsys_lib.kernels import (attention, attention_fast, conv1d, elementwise, matmul, matmul_fast,  # noqa: E402
+                               norms, reduce, scan, transpose)
 
 LAB06 = ROOT / "solutions" / "lab06_gpu" / "lab06_gpu.ipynb"
 
 _F32 = types.float32
 _VEC = types.Array(_F32, 1, "C")
 _MAT = types.Array(_F32, 2, "C")
+_HEADS = types.Array(_F32, 3, "C")  # (heads, rows, head size)
 
 
 def _square(v):
@@ -65,6 +66,11 @@ def library_cases(d: int = 64, dv: int = 64) -> list[targets.KernelCase]:
         targets.KernelCase(f"attention_fused(16, 16, d={d}, dv={dv})",
                    lambda: attention._attention_fused_kernel(16, 16, d, dv),
                    (_MAT, _MAT, _MAT, _MAT, _F32, types.boolean)),
+        targets.KernelCase("matmul_block_tiled(128, 128, 8, 8, 8)",
+                           lambda: matmul_fast._matmul_block_tiled_kernel(128, 128, 8, 8, 8), (_MAT, _MAT, _MAT)),
+        targets.KernelCase(f"attention_flash(128, 32, d={d}, dv={dv})",
+                           lambda: attention_fast._attention_flash_kernel(128, 32, d, dv),
+                           (_HEADS, _HEADS, _HEADS, _HEADS, _F32, types.boolean)),
         targets.KernelCase("transpose_naive(32, 8)", lambda: transpose._transpose_naive_kernel(32, 8), (_MAT, _MAT)),
         targets.KernelCase("transpose_shared(32, 8)", lambda: transpose._transpose_tile_kernel(32, 8, 32), (_MAT, _MAT)),
         targets.KernelCase("transpose_padded(32, 8)", lambda: transpose._transpose_tile_kernel(32, 8, 33), (_MAT, _MAT)),

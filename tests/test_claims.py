@@ -12,7 +12,14 @@ def test_claim_prints_the_ratio_and_whether_it_holds(capsys):
     found = parse_claims("k = 1: unfused 3 ms\n" + capsys.readouterr().out)
     assert [holds for holds, _ in found] == [True, False, True]
     assert "fused is faster" in found[0][1] and "3x" in found[0][1]
-    assert "0.8x" in found[1][1] and "CONTRADICTED" in found[1][1]
+    assert "0.8x" in found[1][1] and found[1][1].startswith("claim does not hold: tiled beats naive: measured 0.8x")
+
+
+def test_a_percentage_claim_names_its_unit(capsys):
+    assert not claim("matmul at its bound", 39.5, at_least=40, unit="% of bound").holds
+    line = capsys.readouterr().out.strip()
+    assert line == "claim does not hold: matmul at its bound: measured 39.5% of bound (the text needs >= 40% of bound)"
+    assert parse_claims(line) == [(False, line)]
 
 
 def test_median_time_warms_up_once_and_takes_the_median(monkeypatch):

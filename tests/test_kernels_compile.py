@@ -88,6 +88,7 @@ LIBRARY_KERNELS = [
     "elementwise_map(v * v)", "conv1d_naive", "conv1d_shared(block=128, width=3)", "matmul_naive",
     "matmul_tiled(tile=16)", "matmul_register_blocked(v=4)", "matmul_register_blocked(v=8)",
     "attention_naive: scores", "attention_naive: softmax rows", "attention_fused(16, 16, d=64, dv=64)",
+    "matmul_block_tiled(128, 128, 8, 8, 8)", "attention_flash(128, 32, d=64, dv=64)",
     "transpose_naive(32, 8)", "transpose_shared(32, 8)", "transpose_padded(32, 8)",
     *[f"reduce_{name}(256)" for name in ("interleaved", "strided", "sequential", "first_add", "warp_unrolled")],
     "scan_hillis_steele(256)", "scan_blelloch(256)", "scan: add block offsets",
@@ -109,6 +110,8 @@ def test_every_kernel_links_for_sm80_and_sm90():
         "conv1d_shared(block=128, width=3)": 4 * (128 + 2 * 3 - 1),
         "matmul_tiled(tile=16)": 4 * 2 * 16 * 16,
         "attention_fused(16, 16, d=64, dv=64)": 4 * (16 * 64 + 16 * (64 + 64)),
+        "matmul_block_tiled(128, 128, 8, 8, 8)": 4 * 8 * (128 + 128),
+        "attention_flash(128, 32, d=64, dv=64)": 4 * 32 * (64 + 64 + 128),  # K and V tiles, the scores
         "transpose_shared(32, 8)": 4 * 32 * 32,
         "transpose_padded(32, 8)": 4 * 32 * 33,
         **{f"reduce_{name}(256)": 4 * 256 for name in ("interleaved", "strided", "sequential", "first_add",

@@ -291,7 +291,7 @@ def test_occupancy_refuses_what_the_gpu_cannot_launch(args, error, match):
 
 
 def test_unknown_gpu_names_the_known_ones():
-    with pytest.raises(KeyError, match="known: A100, H100"):
+    with pytest.raises(KeyError, match="known: A100, H100, H200"):
         occupancy(256, 32, 0, gpu="V100")
     assert GPUS["H100"].sm == "sm_90" and GPUS["A100"].sm == "sm_80"
 

@@ -14,14 +14,18 @@ machinery that runs and measures them lives in two sub-packages:
   CUDA-event timing, compile targets, the roofline, the GPU lab session).
 
 Dependencies point from the kernels to the machinery: a kernel imports ``checks``, ``plan``,
-``tiles``, ``gpu.device`` and at most another kernel (``attention`` reuses ``matmul``'s), and ``plan``
+``tiles``, ``gpu.device`` and at most another kernel (``attention`` reuses ``matmul``'s, ``matmul_fast``
+``matmul``'s checks and plan), and ``plan``
 asks ``sim.replay`` whether launches are being replayed; nothing in ``sim`` or ``gpu`` imports a
-kernel, except ``gpu.gpu_session``, the top of the stack, which times them all. Everything a notebook
+kernel, except ``gpu.suite`` (the benchmarks at GPU sizes) and ``gpu.gpu_session``, the top of the
+stack, which times them all. Everything a notebook
 needs is re-exported here: ``from mlsys_lib.kernels import instrument, matmul_tiled``.
 
 * host wrappers (numpy in, numpy out, any size, float32; ``op.plan(...)`` gives the launch plan):
   ``elementwise_map``, ``conv1d_naive``, ``conv1d_shared``, ``matmul_naive``, ``matmul_tiled``,
-  ``matmul_register_blocked``, ``attention_naive``, ``attention_fused``; the warp-level lecture's
+  ``matmul_register_blocked``, ``attention_naive``, ``attention_fused``, and the fast kernels after
+  them (``matmul_fast``, ``attention_fast``): ``matmul_block_tiled``, ``attention_flash`` (float32 or
+  float64 inputs, batch x heads); the warp-level lecture's
   ``transpose_naive``/``_shared``/``_padded``, ``reduce_interleaved``/``_interleaved_strided``/
   ``_sequential``/``_first_add``/``_warp_unrolled``, ``scan_hillis_steele``, ``scan_blelloch``
   (with ``scan_work_depth``), ``softmax_rows``, ``layernorm_rows``;
@@ -31,7 +35,7 @@ needs is re-exported here: ``from mlsys_lib.kernels import instrument, matmul_ti
   out-of-bounds accesses), for these kernels and any other; on the GPU backend its launches are
   replayed on the simulator in a worker process (``replay``), with the same report;
 * ``occupancy(block_threads, registers_per_thread, shared_bytes_per_block, gpu)``: theoretical
-  occupancy from the spec table ``GPUS`` (A100, H100);
+  occupancy from the spec table ``GPUS`` (A100, H100, H200);
 * on a GPU: ``time_plan`` (CUDA events), ``time_cupy_matmul`` (cuBLAS);
 * everywhere: ``measure`` and ``roofline_points`` place kernels on a roofline;
 * the GPU lab session: ``device_peak`` (bandwidth and FP32 peak from the device's attributes),
@@ -52,6 +56,7 @@ _EXPORTS = {
     "conv1d_naive": "conv1d", "conv1d_shared": "conv1d",
     "matmul_naive": "matmul", "matmul_tiled": "matmul", "matmul_register_blocked": "matmul",
     "attention_naive": "attention", "attention_fused": "attention",
+    "matmul_block_tiled": "matmul_fast", "attention_flash": "attention_fast",
     "transpose_naive": "transpose", "transpose_shared": "transpose", "transpose_padded": "transpose",
     "reduce_interleaved": "reduce", "reduce_interleaved_strided": "reduce", "reduce_sequential": "reduce",
     "reduce_first_add": "reduce", "reduce_warp_unrolled": "reduce",

@@ -169,7 +169,7 @@ def attention_naive(Q: np.ndarray, K: np.ndarray, V: np.ndarray, causal: bool = 
     reads = 2 * d * unmasked + 3 * n * m + 2 * n * m * dv  # scores, softmax passes, P @ V
     writes = n * m + 2 * n * m + n * dv
     return KernelPlan("attention_naive", steps, O, flops=2 * (d + dv) * unmasked,
-                      modeled_bytes=4 * (reads + writes))
+                      modeled_bytes=4 * (reads + writes), compulsory_bytes=4 * (n * d + m * (d + dv) + n * dv))
 
 
 @HostOp
@@ -194,4 +194,5 @@ def attention_fused(Q: np.ndarray, K: np.ndarray, V: np.ndarray, causal: bool = 
     step = KernelStep(kernel, (blocks,), (block_q,),
                       (Q, K, V, O, scale, bool(causal)))
     return KernelPlan("attention_fused", (step,), O, flops=2 * (d + dv) * unmasked,
-                      modeled_bytes=4 * (n * d + key_rows * (d + dv) + n * dv))
+                      modeled_bytes=4 * (n * d + key_rows * (d + dv) + n * dv),
+                      compulsory_bytes=4 * (n * d + m * (d + dv) + n * dv))

@@ -82,7 +82,8 @@ def conv1d_naive(x: np.ndarray, w: np.ndarray, block: int = 128) -> KernelPlan:
     width, n_out = w.shape[0], y.shape[0]
     step = KernelStep(_conv1d_naive_kernel, (ceil_div(n_out, block),), (block,), (x, w, y))
     return KernelPlan("conv1d_naive", (step,), y, flops=2 * width * n_out,
-                      modeled_bytes=4 * (2 * width * n_out + n_out))
+                      modeled_bytes=4 * (2 * width * n_out + n_out),
+                      compulsory_bytes=4 * (x.shape[0] + width + n_out))
 
 
 @HostOp
@@ -102,4 +103,5 @@ def conv1d_shared(x: np.ndarray, w: np.ndarray, block: int = 128) -> KernelPlan:
     # width - 1 inputs at each of the blocks - 1 boundaries; and the weights once per block.
     reads = n + (blocks - 1) * (width - 1) + blocks * width
     step = KernelStep(_conv1d_shared_kernel(block, width), (blocks,), (block,), (x, w, y))
-    return KernelPlan("conv1d_shared", (step,), y, flops=2 * width * n_out, modeled_bytes=4 * (reads + n_out))
+    return KernelPlan("conv1d_shared", (step,), y, flops=2 * width * n_out, modeled_bytes=4 * (reads + n_out),
+                      compulsory_bytes=4 * (n + width + n_out))

@@ -52,4 +52,5 @@ def elementwise_map(fn: Callable[[float], float], x: np.ndarray, block: int = 12
     n = flat.shape[0]
     out = np.empty(n, dtype=np.float32)
     step = KernelStep(_map_kernel(fn), (ceil_div(n, block),), (block,), (flat, out))
-    return KernelPlan("elementwise_map", (step,), out, flops=n, modeled_bytes=2 * n * 4, shape=x.shape)
+    return KernelPlan("elementwise_map", (step,), out, flops=n, modeled_bytes=2 * n * 4, shape=x.shape,
+                      compulsory_bytes=2 * n * 4)

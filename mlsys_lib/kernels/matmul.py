@@ -110,7 +110,7 @@ def _matmul_register_kernel(v: int):
     return matmul_register_kernel
 
 
-def _checked(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def checked_operands(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Validated ``(A, B, C)`` with C the (M, P) output, allocated."""
     A = float32_array("A", A, 2)
     B = float32_array("B", B, 2)
@@ -119,31 +119,38 @@ def _checked(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return A, B, np.empty((A.shape[0], B.shape[1]), dtype=np.float32)
 
 
-def matmul_modeled_bytes(M: int, K: int, P: int, tile: int) -> int:
+def matmul_modeled_bytes(M: int, K: int, P: int, tile: int | tuple[int, int]) -> int:
     """Global traffic [bytes] of a kernel reusing each loaded value ``tile`` times (``tile = 1``: naive).
 
     ``M K ceil(P / tile)`` reads of A, ``K P ceil(M / tile)`` reads of B, ``M P`` writes of C;
-    ``2N^3 / tile`` reads for square matrices whose size is a multiple of ``tile``.
+    ``2N^3 / tile`` reads for square matrices whose size is a multiple of ``tile``. A rectangular
+    ``tile = (rows, cols)`` of C reads A ``ceil(P / cols)`` times and B ``ceil(M / rows)`` times.
     """
-    return 4 * (M * K * ceil_div(P, tile) + K * P * ceil_div(M, tile) + M * P)
+    rows, cols = (tile, tile) if isinstance(tile, int) else tile
+    return 4 * (M * K * ceil_div(P, cols) + K * P * ceil_div(M, rows) + M * P)
 
 
-def _plan(name: str, kernel: object, grid: tuple[int, int], block: tuple[int, int], A: np.ndarray,
-          B: np.ndarray, C: np.ndarray, reuse: int) -> KernelPlan:
+def matmul_plan(name: str, kernel: object, grid: tuple[int, ...], block: tuple[int, ...], A: np.ndarray,
+                B: np.ndarray, C: np.ndarray, reuse: int | tuple[int, int]) -> KernelPlan:
+    """The one-launch plan ``kernel[grid, block](A, B, C)``: ``2 M K P`` FLOPs, the traffic of a ``reuse`` tile.
+
+    Compulsory traffic: A and B read once, C written once, ``4 (M K + K P + M P)`` bytes.
+    """
     M, K = A.shape
     P = B.shape[1]
     return KernelPlan(name, (KernelStep(kernel, grid, block, (A, B, C)),), C, flops=2 * M * K * P,
-                      modeled_bytes=matmul_modeled_bytes(M, K, P, reuse))
+                      modeled_bytes=matmul_modeled_bytes(M, K, P, reuse),
+                      compulsory_bytes=4 * (M * K + K * P + M * P))
 
 
 @HostOp
 def matmul_naive(A: np.ndarray, B: np.ndarray, block: int = 16) -> KernelPlan:
     """``A @ B`` for float32 A (M, K) and B (K, P) -> (M, P); one thread per output, ``block`` x ``block`` blocks."""
-    A, B, C = _checked(A, B)
+    A, B, C = checked_operands(A, B)
     block = positive_int("block", block)
     block_threads(f"block={block} ({block} x {block})", block * block)
     grid = (ceil_div(C.shape[1], block), ceil_div(C.shape[0], block))
-    return _plan("matmul_naive", matmul_naive_kernel, grid, (block, block), A, B, C, reuse=1)
+    return matmul_plan("matmul_naive", matmul_naive_kernel, grid, (block, block), A, B, C, reuse=1)
 
 
 @HostOp
@@ -152,11 +159,11 @@ def matmul_tiled(A: np.ndarray, B: np.ndarray, tile: int = 16) -> KernelPlan:
 
     One block of ``tile`` x ``tile`` threads per tile of C; ``2 * tile^2 * 4`` bytes of shared memory.
     """
-    A, B, C = _checked(A, B)
+    A, B, C = checked_operands(A, B)
     tile = positive_int("tile", tile)
     block_threads(f"tile={tile} ({tile} x {tile} threads)", tile * tile)
     grid = (ceil_div(C.shape[1], tile), ceil_div(C.shape[0], tile))
-    return _plan("matmul_tiled", _matmul_tiled_kernel(tile), grid, (tile, tile), A, B, C, reuse=tile)
+    return matmul_plan("matmul_tiled", _matmul_tiled_kernel(tile), grid, (tile, tile), A, B, C, reuse=tile)
 
 
 @HostOp
@@ -165,10 +172,10 @@ def matmul_register_blocked(A: np.ndarray, B: np.ndarray, v: int = 4, block: int
 
     Blocks of ``block`` x ``block`` threads, so one block covers ``block * v`` rows and columns of C.
     """
-    A, B, C = _checked(A, B)
+    A, B, C = checked_operands(A, B)
     v = positive_int("v", v)
     block = positive_int("block", block)
     block_threads(f"block={block} ({block} x {block})", block * block)
     threads = (ceil_div(C.shape[1], v), ceil_div(C.shape[0], v))
     grid = (ceil_div(threads[0], block), ceil_div(threads[1], block))
-    return _plan("matmul_register_blocked", _matmul_register_kernel(v), grid, (block, block), A, B, C, reuse=v)
+    return matmul_plan("matmul_register_blocked", _matmul_register_kernel(v), grid, (block, block), A, B, C, reuse=v)

@@ -137,7 +137,8 @@ def _rows_plan(name: str, kernel_of, x: np.ndarray, block: int, flops_per_elemen
     shared_bytes(f"rows of d={d} with block={block}", 4 * (d + block))
     y = np.empty_like(x)
     step = KernelStep(kernel_of(block, d), (rows,), (block,), (x, y))
-    return KernelPlan(name, (step,), y, flops=flops_per_element * rows * d, modeled_bytes=8 * rows * d)
+    return KernelPlan(name, (step,), y, flops=flops_per_element * rows * d, modeled_bytes=8 * rows * d,
+                      compulsory_bytes=8 * rows * d)
 
 
 @HostOp

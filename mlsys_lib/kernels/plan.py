@@ -44,7 +44,9 @@ class KernelPlan:
     useful floating-point work [FLOP]; ``modeled_bytes`` is the global-memory traffic [bytes] the
     lecture's counting predicts for these launches (the tests check it against the counts the
     instrumented simulator makes). ``shape`` reshapes the returned result (kernels that work on a
-    flat view of an n-d array); None keeps ``out.shape``.
+    flat view of an n-d array); None keeps ``out.shape``. ``compulsory_bytes`` is the traffic no
+    kernel for this operation can avoid [bytes]: every input read once, the result written once
+    (intermediates and re-reads excluded); the roofline bound uses it (:mod:`mlsys_lib.kernels.gpu.bound`).
     """
 
     name: str
@@ -53,6 +55,7 @@ class KernelPlan:
     flops: int
     modeled_bytes: int
     shape: tuple[int, ...] | None = None
+    compulsory_bytes: int | None = None
 
     def device_steps(self) -> tuple[list[Launch], Any]:
         """Copy every array argument to the device once; return ``(launches, device out)``.

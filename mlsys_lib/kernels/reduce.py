@@ -169,7 +169,8 @@ def _reduce_plan(name: str, x: np.ndarray, block: int, first_add: bool, tree) ->
         if blocks == 1:
             break
         src = partial
-    return KernelPlan(name, tuple(steps), partial, flops=x.shape[0] - 1, modeled_bytes=nbytes, shape=())
+    return KernelPlan(name, tuple(steps), partial, flops=x.shape[0] - 1, modeled_bytes=nbytes, shape=(),
+                      compulsory_bytes=4 * (x.shape[0] + 1))
 
 
 @HostOp

@@ -167,7 +167,8 @@ def _scan_plan(algorithm: str, kernel_of, x: np.ndarray, block: int) -> KernelPl
     if block > 1024:
         raise ValueError(f"block must be at most 1024 threads, got {block}")
     steps, y, nbytes, adds = _scan_steps(algorithm, kernel_of, x, block)
-    return KernelPlan(f"scan_{algorithm}", tuple(steps), y, flops=adds, modeled_bytes=nbytes)
+    return KernelPlan(f"scan_{algorithm}", tuple(steps), y, flops=adds, modeled_bytes=nbytes,
+                      compulsory_bytes=8 * x.shape[0])
 
 
 @HostOp

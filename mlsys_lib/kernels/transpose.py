@@ -88,7 +88,8 @@ def _plan(name: str, a: np.ndarray, tile: int, rows: int, pad: int | None) -> Ke
     R, C = a.shape
     out = np.empty((C, R), dtype=np.float32)
     step = KernelStep(kernel, (ceil_div(C, tile), ceil_div(R, tile)), (tile, rows), (a, out))
-    return KernelPlan(name, (step,), out, flops=0, modeled_bytes=8 * R * C)
+    return KernelPlan(name, (step,), out, flops=0, modeled_bytes=8 * R * C,
+                      compulsory_bytes=8 * R * C)
 
 
 @HostOp

@@ -16,7 +16,7 @@ from typing import Callable
 
 #: Every claim line starts with this, so the figures command can find it among the outputs.
 PREFIX = "claim "
-_HOLDS, _CONTRADICTED = "holds", "CONTRADICTED"
+_HOLDS, _CONTRADICTED = "holds", "does not hold"
 
 
 def median_time(fn: Callable, *args, repeats: int = 5) -> float:
@@ -34,11 +34,16 @@ def median_time(fn: Callable, *args, repeats: int = 5) -> float:
 
 @dataclass(frozen=True)
 class Claim:
-    """A lecture's claim with the ratio measured for it: ``holds`` when ``ratio >= at_least``."""
+    """A lecture's claim with the ratio measured for it: ``holds`` when ``ratio >= at_least``.
+
+    ``unit`` follows both numbers in the printed line: "x" for a ratio of times, "% of bound" for a
+    percentage of a roofline bound.
+    """
 
     statement: str
     ratio: float
     at_least: float
+    unit: str = "x"
 
     @property
     def holds(self) -> bool:
@@ -46,12 +51,13 @@ class Claim:
 
     def line(self) -> str:
         verdict = _HOLDS if self.holds else _CONTRADICTED
-        return f"{PREFIX}{verdict}: {self.statement}: measured {self.ratio:.3g}x (the text needs >= {self.at_least:g}x)"
+        return (f"{PREFIX}{verdict}: {self.statement}: measured {self.ratio:.3g}{self.unit} "
+                f"(the text needs >= {self.at_least:g}{self.unit})")
 
 
-def claim(statement: str, ratio: float, *, at_least: float = 1.0) -> Claim:
+def claim(statement: str, ratio: float, *, at_least: float = 1.0, unit: str = "x") -> Claim:
     """Print the ratio behind ``statement`` (e.g. unfused time / fused time) and whether it bears it out."""
-    result = Claim(statement, float(ratio), float(at_least))
+    result = Claim(statement, float(ratio), float(at_least), unit)
     print(result.line())
     return result
 

@@ -80,3 +80,13 @@ def device_info() -> dict[str, str]:
         if isinstance(device, bytes):
             device = device.decode()
     return {"backend": backend, "reason": _reason, "device": device}
+
+
+def launch_bounds(max_threads: int, min_blocks: int) -> dict[str, tuple[int, int]]:
+    """``cuda.jit`` options promising blocks of at most ``max_threads`` threads, ``min_blocks`` of them per SM.
+
+    ``@cuda.jit(**launch_bounds(256, 2))`` lets the compiler cap registers so that two 256-thread
+    blocks fit an SM (``__launch_bounds__(256, 2)`` in CUDA C++). The simulator has no such option
+    (nor registers): there it is empty.
+    """
+    return {} if current_backend() == "sim" else {"launch_bounds": (max_threads, min_blocks)}

@@ -1,13 +1,15 @@
 """The GPU lab session: time the course's kernels on a real GPU against the device's own peak.
 
 ``mlsys course figures --gpu`` (``make plots-gpu``) calls :func:`gpu_figures` on a machine with an
-NVIDIA GPU: every kernel of lecture 6's roofline and of lecture 12's warp-level sequences (transpose,
-the five reductions, the two scans, softmax and LayerNorm) is run at GPU sizes and timed with CUDA
-events (:func:`~mlsys_lib.kernels.measure`), and a line per kernel says the global-memory bandwidth
-and FLOP/s it achieved against the peak of the device it ran on. Three figures are written next to
-the simulator's (``lec06_roofline_gpu.png``, ``lec06_attention_gpu.png``,
+NVIDIA GPU: every benchmark of :mod:`~mlsys_lib.kernels.gpu.suite` (lecture 6's roofline kernels,
+the fast matmul and attention, lecture 12's warp-level sequences) is run at GPU sizes and timed with
+CUDA events (:func:`~mlsys_lib.kernels.measure`); a table row per kernel gives its time, the
+bandwidth it achieved on its *compulsory* traffic, its FLOP/s, and its time as a percentage of the
+roofline bound (:mod:`~mlsys_lib.kernels.gpu.bound`), all against the peaks of the device it ran on;
+then every claim of the suite prints "claim holds: ..." or "claim does not hold: ...". Three figures
+are written next to the simulator's (``lec06_roofline_gpu.png``, ``lec06_attention_gpu.png``,
 ``lec12_warp_kernels_gpu.png``). Without a GPU it says so in one line and exits 0: the simulator's
-figures count work, they cannot time it.
+figures count work, they cannot time it, so no claim can be measured.
 
 The peak is computed from what the device reports (:func:`device_peak`), as NVIDIA's datasheets do:
 
@@ -15,28 +17,31 @@ The peak is computed from what the device reports (:func:`device_peak`), as NVID
 * FP32 = SMs × FP32 lanes per SM × 2 (a fused multiply-add is 2 FLOPs) × SM clock  [FLOP/s], with
   the lanes per SM of the CUDA C++ Programming Guide's throughput table (:data:`FP32_LANES_PER_SM`).
 
-Bandwidth here is each kernel's *modeled* global traffic (the lecture's count, which the tests check
-against the simulator's count) per second, so a kernel that re-reads from global memory may show
-more than the bytes it needed: compare kernels by time, and use the line to see how far from the roof
-each one is.
+Bandwidth here is each kernel's *compulsory* traffic (inputs read once, result written once) per
+second: what the kernel had to move, never above the physical peak (re-reads the caches absorbed
+are not counted; ``KernelPlan.modeled_bytes`` counts them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 
 from ...tensor.roofline import Roofline
+from ...viz.claims import Claim
+from .bound import percent_of_bound, roofline_seconds
 from .roofline import KernelMeasurement, measure, roofline_points
+from .suite import BENCHMARKS, HEADS, Benchmark, Timing, check_claims
 from .timing import gpu_available
 
 #: FP32 results per clock per SM (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table).
 FP32_LANES_PER_SM = {(6, 0): 64, (6, 1): 128, (7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128,
                      (8, 9): 128, (9, 0): 128, (10, 0): 128, (12, 0): 128}
-NO_GPU = "no NVIDIA GPU here ({reason}): the GPU figures need one; the simulator's figures are in lectures/figures/"
+NO_GPU = ("no NVIDIA GPU here ({reason}): cannot measure the GPU figures and claims; the simulator's figures are in "
+          "lectures/figures/")
 
 
 @dataclass(frozen=True)
@@ -83,26 +88,41 @@ def device_peak(device: Any = None) -> DevicePeak:
                       1e3 * device.CLOCK_RATE, 1e3 * device.MEMORY_CLOCK_RATE, int(device.GLOBAL_MEMORY_BUS_WIDTH))
 
 
-def report_lines(measurements: Iterable[KernelMeasurement], peak: DevicePeak) -> list[str]:
-    """One line per timed kernel: time, achieved bandwidth and FLOP/s, each against the device's peak."""
+def report_lines(timings: Iterable[Timing], peak: DevicePeak) -> list[str]:
+    """The benchmark table: a header naming the device, then per kernel its time, the bandwidth achieved on
+    its compulsory bytes and its FLOP/s (each against the device's peak) and its % of the roofline bound."""
     lines = [f"{peak.name} (sm_{peak.compute_capability[0]}{peak.compute_capability[1]}): peak "
-             f"{peak.bandwidth / 1e9:.0f} GB/s, {peak.fp32_flops / 1e12:.1f} TFLOP/s FP32"]
-    for m in measurements:
-        if m.seconds is None:
-            raise ValueError(f"{m.name} was not timed (measured under the simulator?)")
-        lines.append(f"{m.name:>32}: {m.seconds * 1e3:9.3f} ms  {m.gbps:8.1f} GB/s "
-                     f"({100 * m.gbps * 1e9 / peak.bandwidth:5.1f}% of peak)  {m.gflops:9.1f} GFLOP/s "
-                     f"({100 * m.gflops * 1e9 / peak.fp32_flops:5.1f}%)")
+             f"{peak.bandwidth / 1e9:.0f} GB/s, {peak.fp32_flops / 1e12:.1f} TFLOP/s FP32",
+             f"{'kernel':>36}  {'time':>9}  {'compulsory GB/s':>21}  {'GFLOP/s':>17}  {'% of bound':>10}"]
+    for t in timings:
+        gbps = t.compulsory_bytes / t.seconds / 1e9
+        gflops = t.flops / t.seconds / 1e9
+        bound = roofline_seconds(t.flops, t.compulsory_bytes, peak.fp32_flops, peak.bandwidth)
+        lines.append(f"{t.name:>36}  {t.seconds * 1e3:6.3f} ms  {gbps:8.1f} ({100 * gbps * 1e9 / peak.bandwidth:5.1f}%)"
+                     f"  {gflops:9.1f} ({100 * gflops * 1e9 / peak.fp32_flops:4.1f}%)"
+                     f"  {percent_of_bound(t.seconds, bound):9.1f}%")
     return lines
 
 
-def plot_session(measurements: list[KernelMeasurement], attention: dict[str, list[tuple[int, float]]],
-                 warp: list[KernelMeasurement], peak: DevicePeak, out_dir: Path) -> list[Path]:
-    """Draw the timed kernels on ``peak``'s roofline, attention's time vs length, and the warp-level
-    kernels' bandwidth against the peak; return the three files.
+def benchmark_timing(bench: Benchmark, measured: KernelMeasurement, compulsory: int) -> Timing:
+    """The :class:`Timing` of ``bench``'s stated work from one measured run of its plan (``compulsory`` bytes)."""
+    if measured.seconds is None:
+        raise ValueError(f"{bench.name} was not timed (measured under the simulator?)")
+    return Timing(bench.name, measured.seconds * bench.copies, measured.flops * bench.copies,
+                  compulsory * bench.copies)
 
-    ``attention``: ``{"naive" | "fused": [(sequence length, seconds), ...]}``; ``warp``: lecture 12's kernels,
-    timed, in the order drawn (top to bottom).
+
+def _as_measurement(t: Timing) -> KernelMeasurement:
+    return KernelMeasurement(t.name, t.flops, t.compulsory_bytes, t.seconds, "compulsory")
+
+
+def plot_session(lec06: list[Timing], attention: dict[str, list[tuple[int, float]]], lec12: list[Timing],
+                 peak: DevicePeak, out_dir: Path) -> list[Path]:
+    """Draw lecture 6's timed kernels on ``peak``'s roofline (intensity from compulsory traffic), attention's
+    time vs length, and lecture 12's kernels' compulsory bandwidth against the peak; return the three files.
+
+    ``attention``: ``{"naive" | "fused" | "flash": [(sequence length, seconds for 32 heads), ...]}``;
+    ``lec12`` in the order drawn (top to bottom). Kernels without FLOPs are left off the roofline.
     """
     import matplotlib.pyplot as plt
 
@@ -110,8 +130,10 @@ def plot_session(measurements: list[KernelMeasurement], attention: dict[str, lis
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    plot_roofline(peak.roofline, roofline_points(measurements, peak.roofline), ax=ax)
-    ax.legend(loc="upper left", fontsize=8)  # the slow kernels sit low on the right
+    plot_roofline(peak.roofline, roofline_points([_as_measurement(t) for t in lec06 if t.flops > 0], peak.roofline),
+                  ax=ax)
+    ax.legend(loc="upper left", fontsize=7)  # the slow kernels sit low on the right
+    ax.set_xlabel("arithmetic intensity (FLOP / compulsory byte)")
     ax.set_title(f"The course's kernels timed on {peak.name}")
     fig.tight_layout()
     roofline_png = out_dir / "lec06_roofline_gpu.png"
@@ -119,35 +141,36 @@ def plot_session(measurements: list[KernelMeasurement], attention: dict[str, lis
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for (name, points), marker in zip(sorted(attention.items()), "os"):
+    for (name, points), marker in zip(sorted(attention.items()), "os^"):
         lengths, seconds = zip(*points)
         ax.loglog(lengths, [1e3 * s for s in seconds], marker + "-", label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length n")
-    ax.set_ylabel("time (ms, CUDA events)")
-    ax.set_title(f"Attention on {peak.name}: naive vs fused")
+    ax.set_ylabel(f"time for {HEADS} heads (ms, CUDA events)")
+    ax.set_title(f"Attention on {peak.name}, d = 64: naive, fused, flash")
     ax.legend()
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     attention_png = out_dir / "lec06_attention_gpu.png"
     fig.savefig(attention_png, dpi=120)
     plt.close(fig)
-    return [roofline_png, attention_png, _plot_warp_kernels(warp, peak, out_dir / "lec12_warp_kernels_gpu.png")]
+    return [roofline_png, attention_png, _plot_bandwidth(lec12, peak, out_dir / "lec12_warp_kernels_gpu.png")]
 
 
-def _plot_warp_kernels(warp: list[KernelMeasurement], peak: DevicePeak, path: Path) -> Path:
-    """One bar per kernel: achieved bandwidth as a share of ``peak``'s, the time written beside it."""
+def _plot_bandwidth(timings: list[Timing], peak: DevicePeak, path: Path) -> Path:
+    """One bar per kernel: bandwidth achieved on its compulsory bytes as a share of ``peak``'s, its time beside it."""
     import matplotlib.pyplot as plt
 
-    shares = [100 * m.gbps * 1e9 / peak.bandwidth for m in warp]
-    fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(warp) + 1.2))
-    rows = range(len(warp))[::-1]
+    shares = [100 * t.compulsory_bytes / t.seconds / peak.bandwidth for t in timings]
+    fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(timings) + 1.2))
+    rows = range(len(timings))[::-1]
     ax.barh(rows, shares, color="C0")
-    for row, share, m in zip(rows, shares, warp):
-        ax.text(share + 1, row, f"{m.seconds * 1e3:.3f} ms", va="center", fontsize=8)
-    ax.set_yticks(list(rows), [m.name for m in warp], fontsize=8)
+    for row, share, t in zip(rows, shares, timings):
+        ax.text(share + 1, row, f"{t.seconds * 1e3:.3f} ms", va="center", fontsize=8)
+    ax.set_yticks(list(rows), [t.name for t in timings], fontsize=8)
     ax.axvline(100, color="gray", linestyle="--", label=f"peak {peak.bandwidth / 1e9:.0f} GB/s")
-    ax.set_xlabel("modeled global traffic / time, % of peak bandwidth (CUDA events)")
+    ax.set_xlim(0, 115)
+    ax.set_xlabel("compulsory traffic / time, % of peak bandwidth (CUDA events)")
     ax.set_title(f"Lecture 12's kernels on {peak.name}")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
@@ -156,60 +179,30 @@ def _plot_warp_kernels(warp: list[KernelMeasurement], peak: DevicePeak, path: Pa
     return path
 
 
-def _plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
-    """The lecture's roofline kernels at sizes that keep a GPU busy for a few milliseconds."""
-    from ..attention import attention_fused, attention_naive
-    from ..conv1d import conv1d_naive, conv1d_shared
-    from ..matmul import matmul_naive, matmul_register_blocked, matmul_tiled
-
-    x = rng.standard_normal(1 << 24).astype(np.float32)
-    w = np.full(3, 1 / 3, dtype=np.float32)
-    A, B = (rng.standard_normal((1024, 1024)).astype(np.float32) for _ in range(2))
-    Q, K, V = (rng.standard_normal((1024, 64)).astype(np.float32) for _ in range(3))
-    return [("conv1d naive", conv1d_naive.plan(x, w)), ("conv1d shared", conv1d_shared.plan(x, w)),
-            ("matmul naive", matmul_naive.plan(A, B)), ("matmul tiled L=16", matmul_tiled.plan(A, B, tile=16)),
-            ("matmul tiled L=32", matmul_tiled.plan(A, B, tile=32)),
-            ("matmul register-blocked V=4", matmul_register_blocked.plan(A, B, v=4, block=8)),
-            ("attention naive", attention_naive.plan(Q, K, V)), ("attention fused", attention_fused.plan(Q, K, V))]
-
-
-def _warp_plans(rng: np.random.Generator) -> list[tuple[str, Any]]:
-    """Lecture 12's kernels (and Lab 12's) at GPU sizes: each sequence in the lecture's order."""
-    from ..norms import layernorm_rows, softmax_rows
-    from ..reduce import (reduce_first_add, reduce_interleaved, reduce_interleaved_strided, reduce_sequential,
-                         reduce_warp_unrolled)
-    from ..scan import scan_blelloch, scan_hillis_steele
-    from ..transpose import transpose_naive, transpose_padded, transpose_shared
-
-    a = rng.standard_normal((4096, 4096)).astype(np.float32)
-    x = rng.standard_normal(1 << 24).astype(np.float32)
-    rows = rng.standard_normal((8192, 1024)).astype(np.float32)
-    plans = [(f"transpose {name} 4096²", op.plan(a)) for name, op in
-             (("naive", transpose_naive), ("shared tile", transpose_shared), ("padded tile", transpose_padded))]
-    plans += [(f"sum {name} 2²⁴", op.plan(x)) for name, op in
-              (("interleaved", reduce_interleaved), ("strided index", reduce_interleaved_strided),
-               ("sequential", reduce_sequential), ("first add", reduce_first_add),
-               ("warp-unrolled", reduce_warp_unrolled))]
-    plans += [(f"scan {name} 2²⁴", op.plan(x)) for name, op in
-              (("Hillis-Steele", scan_hillis_steele), ("Blelloch", scan_blelloch))]
-    return plans + [("softmax 8192x1024", softmax_rows.plan(rows)), ("LayerNorm 8192x1024", layernorm_rows.plan(rows))]
+def _time(bench: Benchmark, rng: np.random.Generator, repeats: int) -> Timing:
+    plan = bench.build(rng)
+    return benchmark_timing(bench, measure(plan, repeats), plan.compulsory_bytes)
 
 
 def _attention_times(rng: np.random.Generator, repeats: int) -> dict[str, list[tuple[int, float]]]:
+    """Attention at n = 256 ... 4096 (d = 64) for 32 heads: flash on all of them, the single-head kernels x 32."""
     from ..attention import attention_fused, attention_naive
+    from ..attention_fast import attention_flash
 
-    times: dict[str, list[tuple[int, float]]] = {"naive": [], "fused": []}
+    times: dict[str, list[tuple[int, float]]] = {"naive": [], "fused": [], "flash": []}
     for n in (256, 512, 1024, 2048, 4096):
-        Q, K, V = (rng.standard_normal((n, 64)).astype(np.float32) for _ in range(3))
+        Q, K, V = (rng.standard_normal((HEADS, n, 64), dtype=np.float32) for _ in range(3))
+        times["flash"].append((n, measure(attention_flash.plan(Q, K, V), repeats).seconds))
         for name, op in (("naive", attention_naive), ("fused", attention_fused)):
-            times[name].append((n, measure(op.plan(Q, K, V), repeats).seconds))
+            times[name].append((n, HEADS * measure(op.plan(Q[0], K[0], V[0]), repeats).seconds))
     return times
 
 
-def gpu_figures(out_dir: Path, repeats: int = 20) -> list[Path]:
-    """Time the course's kernels on this GPU, print a line each against its peak, write the three figures.
+def gpu_figures(out_dir: Path, repeats: int = 20) -> tuple[list[Path], list[Claim]]:
+    """Time every benchmark on this GPU, print the table and the claims, write the three figures.
 
-    RuntimeError without a GPU (the CLI checks :func:`~mlsys_lib.kernels.gpu_available` first).
+    Returns ``(figures, claims)``. RuntimeError without a GPU (the CLI checks
+    :func:`~mlsys_lib.kernels.gpu_available` first).
     """
     if not gpu_available():
         from .device import device_info
@@ -217,8 +210,10 @@ def gpu_figures(out_dir: Path, repeats: int = 20) -> list[Path]:
         raise RuntimeError(NO_GPU.format(reason=device_info()["reason"]))
     rng = np.random.default_rng(0)
     peak = device_peak()
-    measurements = [replace(measure(plan, repeats), name=name) for name, plan in _plans(rng)]
-    warp = [replace(measure(plan, repeats), name=name) for name, plan in _warp_plans(rng)]
-    for line in report_lines(measurements + warp, peak):
+    timings = {b.name: _time(b, rng, repeats) for b in BENCHMARKS}
+    for line in report_lines(timings.values(), peak):
         print(line)
-    return plot_session(measurements, _attention_times(rng, repeats), warp, peak, Path(out_dir))
+    claims = check_claims(timings, peak.fp32_flops, peak.bandwidth)
+    by_figure = {fig: [timings[b.name] for b in BENCHMARKS if b.figure == fig] for fig in ("lec06", "lec12")}
+    figures = plot_session(by_figure["lec06"], _attention_times(rng, repeats), by_figure["lec12"], peak, Path(out_dir))
+    return figures, claims

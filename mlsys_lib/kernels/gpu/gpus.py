@@ -36,6 +36,9 @@ class GpuSpec:
     max_shared_per_block: int  # with the opt-in to large dynamic shared memory; 48 KiB static
     shared_allocation_unit: int
     shared_reserved_per_block: int  # taken by the CUDA runtime from every block since sm_80
+    sms: int  # streaming multiprocessors on the board
+    bandwidth: float  # peak global-memory bandwidth [byte/s], datasheet
+    fp32_flops: float  # peak FP32 throughput [FLOP/s] (FMA = 2 FLOPs), datasheet
 
 
 # Sources: CUDA C++ Programming Guide, "Compute Capabilities", table "Technical Specifications per
@@ -43,11 +46,15 @@ class GpuSpec:
 # registers per SM, 255 registers per thread, shared memory per SM 164 KB (8.0) and 228 KB (9.0),
 # per block 163 KB and 227 KB, 1 KB reserved per block), and the CUDA Occupancy Calculator's
 # "GPU Data" sheet (register allocation unit 256 per warp, shared-memory allocation unit 128 bytes).
+# Boards (NVIDIA's datasheets, SXM versions): A100 80GB 108 SMs, 2039 GB/s, 19.5 TFLOP/s FP32; H100
+# 132 SMs, 3.35 TB/s, 67 TFLOP/s; H200 the same GH100 chip (132 SMs, 67 TFLOP/s) with 4.8 TB/s HBM3e.
 GPUS = {
     "A100": GpuSpec("A100", "sm_80", 1024, 2048, 64, 32, 65536, 255, 256,
-                    164 * 1024, 163 * 1024, 128, 1024),
+                    164 * 1024, 163 * 1024, 128, 1024, 108, 2039e9, 19.5e12),
     "H100": GpuSpec("H100", "sm_90", 1024, 2048, 64, 32, 65536, 255, 256,
-                    228 * 1024, 227 * 1024, 128, 1024),
+                    228 * 1024, 227 * 1024, 128, 1024, 132, 3350e9, 67e12),
+    "H200": GpuSpec("H200", "sm_90", 1024, 2048, 64, 32, 65536, 255, 256,
+                    228 * 1024, 227 * 1024, 128, 1024, 132, 4800e9, 67e12),
 }
 
 

@@ -135,7 +135,8 @@ def compile_ptx(kernel: Any, argtypes: tuple[Any, ...], tgt: Target) -> str:
 
     device = SimpleNamespace(compute_capability=tgt.cc)
     with mock.patch.object(dispatcher, "get_current_device", lambda: device):
-        ptx, _ = cuda.compile_ptx(kernel.py_func, argtypes, cc=tgt.cc)
+        ptx, _ = cuda.compile_ptx(kernel.py_func, argtypes, cc=tgt.cc,  # with the kernel's launch bounds, if any
+                                  launch_bounds=getattr(kernel, "targetoptions", {}).get("launch_bounds"))
     return ptx
 
 
