@@ -152,6 +152,10 @@ def up(classroom: Classroom) -> None:
     folder(classroom.state, 0o700)
     if not classroom.home.exists():
         folder(classroom.home, 0o755)
+    if user_exists(classroom.grader) and classroom.grader not in created(classroom):
+        raise RuntimeError(f"the account {classroom.grader} exists but was not made for the class in {classroom.root}: "
+                           f"another class of course {classroom.course!r} runs on this machine, and the account that "
+                           f"owns its course folder cannot serve two (remove it with `make hub-down` of that class)")
     for name in classroom.people:
         add_account(classroom, name, login=True)
     add_account(classroom, classroom.grader, login=False)
