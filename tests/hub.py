@@ -83,9 +83,11 @@ def answers(url: str, timeout_s: float = 2) -> int | None:
 
 class CourseHub:
     """The hub of a fresh class (``instructors``, ``tas``, ``students``: names without the random
-    prefix this adds), its log in the scratch folder. Use as a context manager."""
+    prefix this adds). The hub's log (with every server's) goes to ``log``, which outlives the hub, so a
+    failed test leaves it to read. Use as a context manager."""
 
-    def __init__(self, instructors: list[str], tas: list[str], students: list[str], late_penalty: str = "zero"):
+    def __init__(self, instructors: list[str], tas: list[str], students: list[str], log: Path,
+                 late_penalty: str = "zero"):
         self.folder = Path(tempfile.mkdtemp(prefix="mlsys-hub-"))
         os.chmod(self.folder, 0o755)  # the accounts' homes are below it
         tag = "h" + secrets.token_hex(3)
@@ -97,8 +99,10 @@ class CourseHub:
         self.class_file = self.folder / "class.yaml"
         self.class_file.write_text(yaml.safe_dump(settings))
         self.classroom: Classroom = load(self.class_file)
-        self.log = self.folder / "jupyterhub.log"
+        self.log = log
         self.process: subprocess.Popen | None = None
+        #: What was still running after the hub stopped (process ids, killed): empty when it stopped cleanly.
+        self.leftovers: list[int] = []
 
     @property
     def url(self) -> str:
@@ -150,7 +154,7 @@ class CourseHub:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-        self.kill_leftovers()
+        self.leftovers = self.kill_leftovers()
         provision.down(self.classroom)
         shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -28,6 +28,7 @@ from nbgrader.api import Gradebook
 
 from autograder.cells import solution_cells
 from browser import Screens, browser_or_skip, launch_chromium, refuse_remote
+from deploy.jupyterhub import provision
 from hub import CourseHub, hub_or_skip
 
 LAB = "lab01_tensors"
@@ -97,21 +98,23 @@ def _answer_all(hub: CourseHub, who: str) -> None:
 
 
 def _answer_first_typed(page, hub: CourseHub, who: str) -> None:
-    """Open the fetched notebook in JupyterLab, type the first exercise's answer, save."""
+    """Open the fetched notebook in JupyterLab, type the first exercise's answer into its cell, save
+    with Ctrl+S; fail unless the server saved it and the file on disk holds the answer."""
     path = hub.home(who) / "mlsys" / LAB / f"{LAB}.ipynb"
     nb = nbformat.read(path, as_version=4)
     index = next(i for i, c in enumerate(nb.cells) if _nbgrader(c).get("solution"))
+    answer = solution_cells(LAB)[_nbgrader(nb.cells[index])["grade_id"]]
     page.goto(f"{hub.url}/user/{hub.names[who]}/lab/tree/mlsys/{LAB}/{LAB}.ipynb")
-    cell = page.locator(".jp-NotebookPanel .jp-Notebook-cell").nth(index)
-    cell.locator(".cm-content").click()
+    editor = page.locator(".jp-NotebookPanel .jp-Notebook-cell").nth(index).locator(".cm-content")
+    editor.click()
     page.keyboard.press("Control+a")
-    page.keyboard.insert_text(solution_cells(LAB)[_nbgrader(nb.cells[index])["grade_id"]])
-    page.keyboard.press("Control+s")
-    deadline = time.monotonic() + STEP_TIMEOUT_S
-    while "NotImplementedError" in nbformat.read(path, as_version=4).cells[index].source:
-        if time.monotonic() > deadline:
-            raise AssertionError("the typed answer was not saved")
-        time.sleep(0.3)
+    page.keyboard.insert_text(answer)
+    saved_url = f"/api/contents/mlsys/{LAB}/{LAB}.ipynb"
+    with page.expect_response(lambda r: r.request.method == "PUT" and saved_url in r.url,
+                              timeout=STEP_TIMEOUT_S * 1000) as saved:
+        page.keyboard.press("Control+s")
+    assert saved.value.status == 200, f"saving the notebook: HTTP {saved.value.status}"
+    assert nbformat.read(path, as_version=4).cells[index].source == answer, "the saved cell is not what was typed"
 
 
 def _fetch_validate_submit(page, hub: CourseHub, who: str, answer) -> str:
@@ -140,7 +143,7 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
     hub_or_skip()
     screens = Screens(tmp_path / "screens")
     started = time.monotonic()
-    with CourseHub(["instructor"], ["ta"], ["ada", "bob"]) as hub, playwright.sync_playwright() as driver:
+    with CourseHub(["instructor"], ["ta"], ["ada", "bob"], tmp_path / "jupyterhub.log") as hub, playwright.sync_playwright() as driver:
         chromium = launch_chromium(driver)
         remote: list[str] = []
 
@@ -174,6 +177,8 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
             instructor.locator("input.modal-timezone").fill("UTC")
             instructor.locator(".modal-footer button", has_text="Save").click()
             instructor.locator(".modal").wait_for(state="detached")
+        with Gradebook(f"sqlite:///{hub.classroom.course_dir / 'gradebook.db'}") as gradebook:
+            stored_due = gradebook.find_assignment(LAB).duedate
         with screens.step("bob-submits", bob):
             bob_validated = _fetch_validate_submit(bob, hub, "bob",
                                                    lambda page: _answer_first_typed(page, hub, "bob"))
@@ -199,8 +204,9 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
             ta.locator("tbody").get_by_role("link", name=LAB).click()
             score = ta.locator(f"input#{OVERRIDE[0]}")
             score.fill(f"{OVERRIDE[1]:g}")
-            score.press("Tab")
-            time.sleep(1)  # the page saves on change
+            with ta.expect_response(lambda r: r.request.method == "PUT" and "/api/grade/" in r.url) as saved:
+                score.press("Tab")  # the page saves on change
+            assert saved.value.status == 200, f"saving the hand grade: HTTP {saved.value.status}"
         with screens.step("feedback", ta):
             ta.goto(f"{hub.url}{formgrader}")
             row = ta.get_by_role("row", name=re.compile(LAB))
@@ -239,16 +245,21 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
 
     points = _points()
     total = sum(points.values())
-    first = [gid for gid in points if gid.startswith("test_compact_strides")]
+    bob_score = sum(points[gid] for gid in points if gid.startswith("test_compact_strides"))
     ada_score = total - points[OVERRIDE[0]] + OVERRIDE[1]
     assert "frame-ancestors 'none'" in csp, "Formgrader is a page of its own, never framed"
-    assert "Success" in ada_validated and "Success" not in bob_validated
-    assert shown == {"ada": f"{total:g} / {total:g}", "bob": f"0 / {total:g}"}, "before the TA's hand grade"
-    # Ada on time, full marks but the TA's override; Bob late: his first exercise's points, then the penalty
-    assert recorded == {"ada": (ada_score, 0.0), "bob": (0.0, sum(points[g] for g in first))}
-    assert len(feedback["ada"]) == 1 and len(feedback["bob"]) == 1
+    assert "Success" in ada_validated and "Success" not in bob_validated, (ada_validated, bob_validated)
+    assert stored_due == due.replace(tzinfo=None), "the due date the instructor typed is the gradebook's"
+    assert shown == {"ada": f"{total:g} / {total:g}", "bob": f"{bob_score:g} / {total:g}"}, "before the hand grade"
+    # Ada on time: full marks but the TA's override; Bob late: his first exercise's points, all taken back
+    assert recorded == {"ada": (ada_score, 0.0), "bob": (bob_score, bob_score)}
+    assert len(feedback["ada"]) == 1 and len(feedback["bob"]) == 1, feedback.keys()
     (ada_page,), (bob_page,) = feedback["ada"].values(), feedback["bob"].values()
-    assert f"Score: {ada_score:g} / {total:g}" in ada_page and f"Score: 0 / {total:g}" in bob_page
+    assert f"(Score: {ada_score:.1f} / {total:.1f})" in ada_page and "Late submission penalty" not in ada_page
+    assert f"(Score: 0.0 / {total:.1f})" in bob_page
+    assert f"Late submission penalty (Score: -{bob_score:.1f})" in bob_page
     assert refused_page == 403
     assert probed.split() == [w for t in targets for w in ("refused", str(t))], probed
     assert remote == []
+    assert hub.leftovers == [], "the hub stopped everything it started"
+    assert not any(map(provision.user_exists, [*hub.names.values(), hub.classroom.grader])), "accounts removed"
