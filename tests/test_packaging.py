@@ -37,15 +37,16 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_tests():
 
 
 
-#: A stand-in for python under the real Makefile: ``-m venv DIR`` copies it to DIR/bin/python, the
-#: grading kernel's install writes the file make wants, pip installs fail when $FAIL_PIP is set;
+#: A stand-in for python (and uv) under the real Makefile: ``-m venv DIR`` copies it to DIR/bin/python
+#: and DIR/bin/uv, the grading kernel's install writes the file make wants, installing the project
+#: fails when $FAIL_PIP is set;
 #: every call prints what a real one might (a warning among it), so that where it went shows.
 FAKE_PYTHON = """#!/bin/sh
 echo "fake python: $*"
 echo "WARNING: a warning for the log only"
 case "$*" in
-  "-m venv "*) mkdir -p "$3/bin" && cp "$0" "$3/bin/python";;
-  *"pip install -e"*) [ -z "$FAIL_PIP" ] || { echo "ERROR: No matching distribution found"; exit 3; };;
+  "-m venv "*) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && cp "$0" "$3/bin/uv";;
+  *"pip install"*" -e"*) [ -z "$FAIL_PIP" ] || { echo "ERROR: No matching distribution found"; exit 3; };;
   "-m autograder.config install") mkdir -p .venv/etc/jupyter && touch .venv/etc/jupyter/nbgrader_config.py;;
 esac
 """
@@ -76,12 +77,12 @@ def test_make_setup_prints_one_line_a_step_and_keeps_the_output_in_the_logs(make
     done = make_setup()
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "venv: ./fakepy -m venv .venv, then the latest pip, setuptools and wheel (log: .venv/log/venv.log)",
-        "packages: pip install -e .[dev,mpi,site,hub] (log: .venv/log/packages.log)",
+        "venv: ./fakepy -m venv .venv, then uv, pip, setuptools and wheel (log: .venv/log/venv.log)",
+        "packages: uv pip install -e .[dev,mpi,site,hub] (log: .venv/log/packages.log)",
         "grading kernel: python -m autograder.config install (log: .venv/log/grading-kernel.log)"]
     assert done.stderr == ""
     logs = make_setup.folder / ".venv" / "log"
-    assert "fake python: -m pip install -e .[dev,mpi,site,hub]" in (logs / "packages.log").read_text()
+    assert "fake python: pip install --python .venv/bin/python -e .[dev,mpi,site,hub]" in (logs / "packages.log").read_text()
     assert "WARNING: a warning for the log only" in (logs / "grading-kernel.log").read_text()
     again = make_setup()
     assert (again.returncode, again.stdout.strip(), again.stderr) == (0, "make: Nothing to be done for 'setup'.", "")
@@ -90,10 +91,10 @@ def test_make_setup_prints_one_line_a_step_and_keeps_the_output_in_the_logs(make
 def test_a_failed_make_setup_step_fails_make_with_the_end_of_its_log(make_setup):
     failed = make_setup(FAIL_PIP="1")
     assert failed.returncode != 0
-    assert failed.stdout.splitlines()[-1] == "packages: pip install -e .[dev,mpi,site,hub] (log: .venv/log/packages.log)"
+    assert failed.stdout.splitlines()[-1] == "packages: uv pip install -e .[dev,mpi,site,hub] (log: .venv/log/packages.log)"
     assert failed.stderr.splitlines()[:5] == [
         "packages failed (exit 3); the end of .venv/log/packages.log:",
-        "fake python: -m pip install -e .[dev,mpi,site,hub]",
+        "fake python: pip install --python .venv/bin/python -e .[dev,mpi,site,hub]",
         "WARNING: a warning for the log only",
         "ERROR: No matching distribution found",
         "the whole log: .venv/log/packages.log"]
@@ -105,9 +106,9 @@ def test_make_setup_v1_shows_each_command_and_its_output(make_setup):
     shown = make_setup("V=1")
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert '.venv/bin/python -m pip install -e ".[dev,mpi,site,hub]"' in lines
-    assert "fake python: -m pip install -e .[dev,mpi,site,hub]" in lines
-    assert lines.count("WARNING: a warning for the log only") == 4  # venv, pip upgrade, packages, kernel
+    assert '.venv/bin/uv pip install --python .venv/bin/python -e ".[dev,mpi,site,hub]"' in lines
+    assert "fake python: pip install --python .venv/bin/python -e .[dev,mpi,site,hub]" in lines
+    assert lines.count("WARNING: a warning for the log only") == 5  # venv, uv, pip upgrade, packages, kernel
     assert not (make_setup.folder / ".venv" / "log").exists()
     later = (make_setup.folder / ".venv" / ".installed").stat().st_mtime + 10
     os.utime(make_setup.folder / "pyproject.toml", (later, later))  # pyproject changed: pip again

@@ -19,7 +19,10 @@ from typing import Any, Callable
 import numpy as np
 from numba import cuda
 
+from .sim import blocks
 from .sim.replay import replaying
+
+blocks.install()  # every kernel module imports this one: simulated blocks wait on a barrier, not a polling loop
 
 
 Launch = tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]  # (kernel, grid, block, device args)

@@ -38,6 +38,7 @@ from unittest import mock
 import numpy as np
 
 from ..gpu.device import current_backend
+from . import blocks
 from .report import Report
 from .traced import Recorder, TracedArray, declared_name
 
@@ -83,6 +84,7 @@ def _simulator_patches(report: Report, limit: int) -> ExitStack:
     from numba.cuda.simulator import kernel as sim_kernel
     from numba.cuda.simulator import kernelapi
 
+    blocks.install()  # a student's kernel may be the first launched: its blocks wait on a barrier too
     with ExitStack() as patches:  # closed here only if a patch fails
         launch = sim_kernel.FakeCUDAKernel.__call__
         patches.enter_context(mock.patch.object(sim_kernel.FakeCUDAKernel, "__call__",
