@@ -105,10 +105,7 @@ def python_paths() -> list[Path]:
     """The folders of this Python installation and its environment (resolved), outermost first."""
     import site
 
-    # package folders that ``.pth`` files add count too: the course's hub runs the course's packages
-    # from a system Python that way (deploy/jupyterhub/provision.py)
-    added = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(), *added}
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()}
     if site.ENABLE_USER_SITE and Path(site.getusersitepackages()).is_dir():
         candidates.add(site.getusersitepackages())
     paths = sorted({Path(p).resolve() for p in candidates if Path(p).is_dir()}, key=lambda p: len(p.parts))
