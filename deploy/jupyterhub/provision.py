@@ -31,18 +31,23 @@ import secrets
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 from deploy.jupyterhub.classroom import Classroom, load
 
 #: Longest a user or group command may take (seconds).
 COMMAND_TIMEOUT_S = 60
+#: Longest installing the course into the shared environment may take (seconds; uv's cache makes it seconds).
+INSTALL_TIMEOUT_S = 600
+#: The repository, installed (editable) into the shared environment.
+REPO = Path(__file__).resolve().parents[2]
+#: The extras the shared environment gets: the course's packages with JupyterHub's single-user server.
+HUB_EXTRAS = "hub"
 
 
-def run(command: list[str], stdin: str | None = None) -> None:
+def run(command: list[str], stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S) -> None:
     """Run a system command; a failure raises ``RuntimeError`` with what it printed."""
-    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr.strip()}")
 
@@ -107,12 +112,13 @@ def runnable_by_all(path: Path) -> bool:
 def shared_environment(classroom: Classroom) -> Path:
     """The course's environment as every account runs it; returns its ``bin`` folder.
 
-    It is this environment's packages, run by an interpreter every account may run: this one if it
-    may (then ``<root>/env/bin`` is this environment's ``bin``), else the system's Python of the same
-    version (a virtual environment made from a Python under ``/root``, e.g. pyenv's, cannot be run by
-    anyone else). Then ``<root>/env`` is a virtual environment of that Python whose ``.pth`` file adds
-    this environment's packages, with this environment's commands (``jupyterhub-singleuser``,
-    ``nbgrader``, ``alembic``...) pointed at its interpreter, and its Jupyter folders (``etc``, ``share``)."""
+    This environment itself if every account may run its interpreter (then ``<root>/env`` links to
+    it). Otherwise (a virtual environment made from a Python under ``/root``, e.g. pyenv's, cannot be
+    run by anyone else) ``<root>/env`` is a virtual environment of the system's Python of the same
+    version with the course installed into it by uv (:data:`HUB_EXTRAS`): packages resolved for that
+    interpreter (this environment's may not run there: soupsieve 4.1.3 fails on Debian's Python
+    3.11.2), its own commands (``jupyterhub-singleuser``, ``nbgrader``...), Jupyter folders and
+    grading kernel (``python -m autograder.config install``)."""
     own_bin = Path(sys.executable).parent
     env = classroom.root / "env"
     if runnable_by_all(Path(sys.executable)):
@@ -127,22 +133,15 @@ def shared_environment(classroom: Classroom) -> Path:
                            f"to them) and there is no {system} to run the course's packages instead: install "
                            f"Debian's {version} (apt-get install {version}-venv), or make the course's environment "
                            f"from a Python everyone can run (make setup PYTHON=/usr/bin/python3)")
+    uv = own_bin / "uv"
+    if not uv.is_file():
+        raise RuntimeError(f"{uv} is missing: `make setup` installs uv, which installs the course into {env}")
     python = env / "bin" / "python"
     if not python.exists():
         run([str(system), "-m", "venv", "--without-pip", str(env)])
-    for shared in ("etc", "share"):  # Jupyter's settings, extensions and kernels of this environment
-        if not (env / shared).exists():
-            (env / shared).symlink_to(own_bin.parent / shared)
-    packages = Path(sysconfig.get_paths()["purelib"])
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True, timeout=COMMAND_TIMEOUT_S).stdout.strip())
-    (site / "mlsys-course.pth").write_text(f"import site; site.addsitedir({str(packages)!r})\n")
-    for script in own_bin.iterdir():
-        head = script.read_bytes()[:200] if script.is_file() and not script.is_symlink() else b""
-        if head.startswith(b"#!" + str(own_bin).encode()):
-            text = script.read_text().split("\n", 1)[1]
-            (env / "bin" / script.name).write_text(f"#!{python}\n{text}")
-            os.chmod(env / "bin" / script.name, 0o755)
+    run([str(uv), "pip", "install", "--quiet", "--python", str(python), "-e", f"{REPO}[{HUB_EXTRAS}]"],
+        timeout=INSTALL_TIMEOUT_S)
+    run([str(python), "-m", "autograder.config", "install"])
     return env / "bin"
 
 
