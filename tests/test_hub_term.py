@@ -9,10 +9,13 @@ driven by Playwright:
   sets the deadline between the two submissions, so the second is late;
 - the TA collects, autogrades (on the sandboxed grading kernel), overrides one test's score by hand,
   generates and releases feedback;
-- each student fetches feedback and finds only their own.
+- each student fetches feedback and finds only their own: their own score of every test (the TA's
+  override in the first's, the late penalty in the second's);
+- a student who opens Formgrader gets 403.
 
 Then, as the students' Unix accounts: no course folder, gradebook or other home opens. The hub runs
-on free ports of 127.0.0.1 and everything it started is stopped; the accounts are removed.
+on free ports of 127.0.0.1 and everything it started ends (or the test fails naming it); the
+accounts are removed, pass or fail.
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ def _points() -> dict[str, float]:
     from autograder.paths import SOLUTIONS
     nb = nbformat.read(SOLUTIONS / LAB / f"{LAB}.ipynb", as_version=4)
     return {_nbgrader(c)["grade_id"]: float(_nbgrader(c)["points"]) for c in nb.cells if _nbgrader(c).get("grade")}
+
+
+#: A score line of nbgrader's feedback page: ``<a href="#GRADE_ID">Test cell</a> (Score: 1.0 / 2.0)``.
+SCORE_LINE = re.compile(r'<a href="#([\w-]+)">[^<]*</a> \(Score: (-?[\d.]+) / [\d.]+\)')
+
+
+def _feedback_scores(page: str) -> dict[str, float]:
+    """The score of each graded cell that a feedback page lists."""
+    return {grade_id: float(score) for grade_id, score in SCORE_LINE.findall(page)}
 
 
 def _login(context, hub: CourseHub, who: str, next_url: str):
@@ -202,10 +214,14 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
             ta.locator("tbody tr").filter(has=ta.locator(".student-id", has_text=re.compile(f"^{hub.names['ada']}$"))) \
                 .locator(".student-name a").click()
             ta.locator("tbody").get_by_role("link", name=LAB).click()
-            score = ta.locator(f"input#{OVERRIDE[0]}")
+            # the page shows the autograded score as the input's placeholder once it has loaded the
+            # grades; typed before that, the score is overwritten by the loaded (empty) hand score
+            score = ta.locator(f"input#{OVERRIDE[0]}[placeholder]")
+            score.wait_for(timeout=STEP_TIMEOUT_S * 1000)
+            autograded = float(score.get_attribute("placeholder"))
             score.fill(f"{OVERRIDE[1]:g}")
             with ta.expect_response(lambda r: r.request.method == "PUT" and "/api/grade/" in r.url) as saved:
-                score.press("Tab")  # the page saves on change
+                score.press("Escape")  # Formgrader's key to leave the input and save it
             assert saved.value.status == 200, f"saving the hand grade: HTTP {saved.value.status}"
         with screens.step("feedback", ta):
             ta.goto(f"{hub.url}{formgrader}")
@@ -251,10 +267,15 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
     assert "Success" in ada_validated and "Success" not in bob_validated, (ada_validated, bob_validated)
     assert stored_due == due.replace(tzinfo=None), "the due date the instructor typed is the gradebook's"
     assert shown == {"ada": f"{total:g} / {total:g}", "bob": f"{bob_score:g} / {total:g}"}, "before the hand grade"
+    assert autograded == points[OVERRIDE[0]], "the grading page shows the test's autograded score"
     # Ada on time: full marks but the TA's override; Bob late: his first exercise's points, all taken back
     assert recorded == {"ada": (ada_score, 0.0), "bob": (bob_score, bob_score)}
     assert len(feedback["ada"]) == 1 and len(feedback["bob"]) == 1, feedback.keys()
     (ada_page,), (bob_page,) = feedback["ada"].values(), feedback["bob"].values()
+    # each page lists the student's own cell scores: Ada's with the TA's override, Bob's first exercise only
+    assert _feedback_scores(ada_page) == {**points, OVERRIDE[0]: OVERRIDE[1]}
+    assert _feedback_scores(bob_page) == {gid: p if gid.startswith("test_compact_strides") else 0.0
+                                          for gid, p in points.items()}
     assert f"(Score: {ada_score:.1f} / {total:.1f})" in ada_page and "Late submission penalty" not in ada_page
     assert f"(Score: 0.0 / {total:.1f})" in bob_page
     assert f"Late submission penalty (Score: -{bob_score:.1f})" in bob_page
