@@ -36,6 +36,8 @@ PROXY = REPO / ".venv" / "hub" / "node_modules" / ".bin" / "configurable-http-pr
 #: Longest the hub and its Formgrader service take to start, and the hub to stop (seconds).
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 30
+#: How long what the hub started may take to end by itself once the hub stopped (seconds).
+LEFTOVER_GRACE_S = 15
 
 
 def hub_or_skip() -> None:
@@ -101,8 +103,8 @@ class CourseHub:
         self.classroom: Classroom = load(self.class_file)
         self.log = log
         self.process: subprocess.Popen | None = None
-        #: What was still running after the hub stopped (process ids, killed): empty when it stopped cleanly.
-        self.leftovers: list[int] = []
+        #: What was still running after the hub stopped (``"pid command line"``, killed): empty when it stopped cleanly.
+        self.leftovers: list[str] = []
 
     @property
     def url(self) -> str:
@@ -158,10 +160,23 @@ class CourseHub:
         provision.down(self.classroom)
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def kill_leftovers(self) -> list[int]:
+    def kill_leftovers(self) -> list[str]:
         """Kill, by process id, what the hub started and left running: the proxy (named by its pid
-        file) and any process of the accounts made for this class. Returns their ids (none when the
-        hub stopped cleanly)."""
+        file) and any process of the accounts made for this class, after :data:`LEFTOVER_GRACE_S`
+        for them to end by themselves (a kernel whose server stopped ends when it sees its parent
+        gone). Returns them as ``"pid command line"`` (none when everything ended)."""
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        running = self.running()
+        while running and time.monotonic() < deadline:
+            time.sleep(0.2)
+            running = self.running()
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return [f"{pid} {command}" for pid, command in running.items()]
+
+    def running(self) -> dict[int, str]:
+        """The proxy and the processes of the class's accounts that run now: process id, command line."""
         uids = set()
         for name in provision.created(self.classroom):
             with contextlib.suppress(KeyError):
@@ -171,10 +186,11 @@ class CourseHub:
             pid = int((self.classroom.state / "proxy.pid").read_text())
             if f"{self.classroom.proxy_api_port}".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 pids.append(pid)
+        commands = {}
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return pids
+            with contextlib.suppress(OSError):
+                commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return commands
 
 
 def _owner(proc: Path) -> int | None:
