@@ -135,7 +135,8 @@ def shared_environment(classroom: Classroom) -> Path:
                            f"from a Python everyone can run (make setup PYTHON=/usr/bin/python3)")
     uv = own_bin / "uv"
     if not uv.is_file():
-        raise RuntimeError(f"{uv} is missing: `make setup` installs uv, which installs the course into {env}")
+        raise RuntimeError(f"{uv} is missing, which installs the course into {env}: a venv made by `make setup` "
+                           f"has it; into an older one: {own_bin / 'python'} -m pip install uv")
     python = env / "bin" / "python"
     if not python.exists():
         run([str(system), "-m", "venv", "--without-pip", str(env)])
