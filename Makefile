@@ -6,7 +6,7 @@ CREATED := $(VENV)/.created
 STAMP  := $(VENV)/.installed
 GRADER := $(VENV)/etc/jupyter/nbgrader_config.py
 LOGS   := $(VENV)/log
-EXTRAS := dev,mpi,site,shared
+EXTRAS := dev,mpi,site,shared,hub
 
 ## Set-up steps print one line each, what they do and where their log is; their own output (pip's
 ## warnings too) goes to the log, and a failed step prints the log's last lines and its path, and
@@ -22,7 +22,7 @@ step = log=$(LOGS)/$(subst $() ,-,$(1)).log; mkdir -p $(LOGS) && echo "$(1): $(2
 	tail -n 25 "$$log" >&2; echo "the whole log: $$log" >&2; exit $$status; }
 endif
 
-.PHONY: setup system-deps course check-all test test-fast site lab plots plots-gpu bundle release check clean
+.PHONY: setup system-deps hub-deps hub hub-down course check-all test test-fast site lab plots plots-gpu bundle release check clean
 
 setup: $(STAMP) $(GRADER)
 
@@ -40,6 +40,32 @@ system-deps:
 	  case "$$missing" in *chromium*) echo "warning: chromium is not installed: \`make test\` fails its browser tests (test-fast skips them)";; esac; \
 	  case "$$missing" in *postgresql*) echo "warning: postgresql is not installed: \`make test\` fails its shared-gradebook tests";; esac; \
 	fi
+
+## hub-deps: configurable-http-proxy, JupyterHub's proxy, from npm into .venv/hub/ (Node.js and npm
+## from apt first when run as root without them)
+PROXY := $(VENV)/hub/node_modules/.bin/configurable-http-proxy
+hub-deps: $(PROXY)
+
+$(PROXY): | $(CREATED)
+	$(Q)if ! command -v npm >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    $(call step,node,nodejs npm (apt-get),apt-get update -qq && apt-get install -y -qq nodejs npm); \
+	  else echo "npm is missing: install Node.js and npm (Debian: apt-get install nodejs npm), or run make as root" >&2; exit 1; fi; \
+	fi
+	$(Q)$(call step,proxy,npm install configurable-http-proxy into $(VENV)/hub,\
+	  npm install --prefix $(VENV)/hub --no-audit --no-fund --no-save configurable-http-proxy@5)
+
+## hub: the course's JupyterHub on this machine (as root: it adds the class's Unix accounts and runs
+## each person's server as that person). CLASS=file.yaml picks the class (default deploy/jupyterhub/class.yaml:
+## http://127.0.0.1:8000, passwords of the new accounts in /srv/mlsys/hub/passwords.txt); Ctrl-C stops it.
+CLASS ?= deploy/jupyterhub/class.yaml
+hub: setup system-deps hub-deps
+	$(BIN)/python -m deploy.jupyterhub.provision up $(CLASS)
+	MLSYS_HUB_CLASS=$(abspath $(CLASS)) $(BIN)/jupyterhub -f deploy/jupyterhub/jupyterhub_config.py
+
+## hub-down: remove the Unix accounts `make hub` made for CLASS (the course folder and exchange stay)
+hub-down: setup
+	$(BIN)/python -m deploy.jupyterhub.provision down $(CLASS)
 
 ## the venv, with uv (pip's work in a tenth of the time: it resolves and fetches in parallel and links
 ## files from its cache; 55 s of the venv's minute went to pip on 2 cores) and the latest pip, setuptools
@@ -75,7 +101,7 @@ check-all: setup system-deps
 ## test: every test, the slow end-to-end ones included; the browser tests fail, never skip, without chromium.
 ## Two pytest workers (pytest-xdist), a test file to each at a time: most tests wait on kernels and processes,
 ## so two at once take about 60% of the serial time on 2 cores.
-test: setup system-deps
+test: setup system-deps hub-deps
 	MLSYS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -n 2 --dist loadfile --durations=30
 
 ## test-fast: skip the slow end-to-end tests (nbgrader pipeline, notebook execution)

@@ -139,7 +139,8 @@ def test_only_this_machine_is_local():
     assert all(map(is_local, ["http://127.0.0.1:8888/lab", "http://localhost/x", "data:image/png;base64,AA",
                               "blob:http://127.0.0.1/1", "about:blank"]))
     assert not any(map(is_local, ["https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js",
-                                  "http://127.0.0.1.evil.example/", "ws://10.0.0.1/api"]))
+                                  "http://127.0.0.1.evil.example/", "ws://10.0.0.1/api",
+                                  "http://localhost@evil.example/"]))
 
 
 # --- The student ----------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Running a class: the course's JupyterHub (``deploy/jupyterhub``) and its Kubernetes variant (``deploy/kubernetes``)."""
