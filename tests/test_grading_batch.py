@@ -176,3 +176,16 @@ def test_cells_that_kill_the_kernel_are_retried_within_one_wall_clock_budget(sma
     assert "all of its 15 s" in said, said
     spent = spent_seconds(work / "notes", "killer") + spent_seconds(work / "alone" / "killer" / "notes", "killer")
     assert spent < 15 + 5, f"the student's grading runs took {spent:.1f} s together; the budget is 15 s"
+
+
+def test_a_private_gradebook_is_stamped_with_the_revision_nbgrader_stamps(monkeypatch):
+    """The batch's private gradebooks are made without nbgrader's `alembic heads` subprocess (seconds a
+    batch); the revision read in-process must be the one that subprocess prints."""
+    from pathlib import Path
+
+    import nbgrader.api
+
+    from autograder.run.merge import alembic_head
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # where `alembic` is
+    assert alembic_head() == nbgrader.api.get_alembic_version()

@@ -7,13 +7,14 @@ PostgreSQL server the teaching team shares); a worker's is always a SQLite file 
 
 from __future__ import annotations
 
-import os
-import sys
+import functools
 from pathlib import Path
+from unittest import mock
 
+import nbgrader.api
 from nbgrader.api import Gradebook, MissingEntry
 
-from ..config import first_on, gradebook_file
+from ..config import gradebook_file
 
 
 def _db(path: Path) -> str:
@@ -33,15 +34,33 @@ def holds_lab(url: str, lab: str) -> bool:
     return True
 
 
+@functools.cache
+def alembic_head() -> str:
+    """The revision nbgrader stamps a new gradebook with: its migrations' head, read in this process."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    config = Config()
+    config.set_main_option("script_location", ALEMBIC_DIR)
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def _new_gradebook(path: Path) -> Gradebook:
+    """nbgrader's gradebook in the SQLite file ``path``, made if absent. nbgrader asks a subprocess,
+    ``alembic heads``, which revision to stamp a new one with (seconds: the whole of a small batch's
+    template); the same answer comes from :func:`alembic_head` without one."""
+    with mock.patch.object(nbgrader.api, "get_alembic_version", alembic_head):
+        return Gradebook(_db(path))
+
+
 def copy_assignment(source_url: str, target_db: Path, lab: str) -> None:
     """Put ``lab`` as the gradebook at ``source_url`` defines it (its notebooks, their cells, points and
     checksums: what nbgrader's autograde needs) into the SQLite gradebook ``target_db``, made if absent.
 
     Raises :class:`nbgrader.api.MissingEntry` if ``source_url`` does not hold ``lab``.
     """
-    # nbgrader runs this environment's `alembic` when it creates a gradebook, activated or not
-    os.environ["PATH"] = first_on(os.environ.get("PATH", ""), Path(sys.executable).parent)
-    with Gradebook(source_url) as source, Gradebook(_db(target_db)) as target:
+    with Gradebook(source_url) as source, _new_gradebook(target_db) as target:
         assignment = source.find_assignment(lab)
         target.update_or_create_assignment(lab, duedate=assignment.duedate, course_id=assignment.course_id)
         for notebook in assignment.notebooks:
