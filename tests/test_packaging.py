@@ -82,7 +82,7 @@ def test_make_setup_prints_one_line_a_step_and_keeps_the_output_in_the_logs(make
         "grading kernel: python -m autograder.config install (log: .venv/log/grading-kernel.log)"]
     assert done.stderr == ""
     logs = make_setup.folder / ".venv" / "log"
-    assert "fake python: pip install --python .venv/bin/python -e .[dev,mpi,site,shared,hub]" in (logs / "packages.log").read_text()
+    assert "fake python: pip install --compile-bytecode --python .venv/bin/python -e .[dev,mpi,site,shared,hub]" in (logs / "packages.log").read_text()
     assert "WARNING: a warning for the log only" in (logs / "grading-kernel.log").read_text()
     again = make_setup()
     assert (again.returncode, again.stdout.strip(), again.stderr) == (0, "make: Nothing to be done for 'setup'.", "")
@@ -94,7 +94,7 @@ def test_a_failed_make_setup_step_fails_make_with_the_end_of_its_log(make_setup)
     assert failed.stdout.splitlines()[-1] == "packages: uv pip install -e .[dev,mpi,site,shared,hub] (log: .venv/log/packages.log)"
     assert failed.stderr.splitlines()[:5] == [
         "packages failed (exit 3); the end of .venv/log/packages.log:",
-        "fake python: pip install --python .venv/bin/python -e .[dev,mpi,site,shared,hub]",
+        "fake python: pip install --compile-bytecode --python .venv/bin/python -e .[dev,mpi,site,shared,hub]",
         "WARNING: a warning for the log only",
         "ERROR: No matching distribution found",
         "the whole log: .venv/log/packages.log"]
@@ -106,8 +106,8 @@ def test_make_setup_v1_shows_each_command_and_its_output(make_setup):
     shown = make_setup("V=1")
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert '.venv/bin/uv pip install --python .venv/bin/python -e ".[dev,mpi,site,shared,hub]"' in lines
-    assert "fake python: pip install --python .venv/bin/python -e .[dev,mpi,site,shared,hub]" in lines
+    assert '.venv/bin/uv pip install --compile-bytecode --python .venv/bin/python -e ".[dev,mpi,site,shared,hub]"' in lines
+    assert "fake python: pip install --compile-bytecode --python .venv/bin/python -e .[dev,mpi,site,shared,hub]" in lines
     assert lines.count("WARNING: a warning for the log only") == 5  # venv, uv, pip upgrade, packages, kernel
     assert not (make_setup.folder / ".venv" / "log").exists()
     later = (make_setup.folder / ".venv" / ".installed").stat().st_mtime + 10

@@ -140,7 +140,7 @@ def shared_environment(classroom: Classroom) -> Path:
     python = env / "bin" / "python"
     if not python.exists():
         run([str(system), "-m", "venv", "--without-pip", str(env)])
-    run([str(uv), "pip", "install", "--quiet", "--python", str(python), "-e", f"{REPO}[{HUB_EXTRAS}]"],
+    run([str(uv), "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python), "-e", f"{REPO}[{HUB_EXTRAS}]"],
         timeout=INSTALL_TIMEOUT_S)
     run([str(python), "-m", "autograder.config", "install"])
     return env / "bin"
