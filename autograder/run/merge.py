@@ -26,7 +26,7 @@ def holds_lab(url: str, lab: str) -> bool:
     file = gradebook_file(url)
     if file is not None and not file.is_file():
         return False
-    with Gradebook(url) as gradebook:
+    with open_gradebook(url) as gradebook:
         try:
             gradebook.find_assignment(lab)
         except MissingEntry:
@@ -46,12 +46,13 @@ def alembic_head() -> str:
     return ScriptDirectory.from_config(config).get_current_head()
 
 
-def _new_gradebook(path: Path) -> Gradebook:
-    """nbgrader's gradebook in the SQLite file ``path``, made if absent. nbgrader asks a subprocess,
-    ``alembic heads``, which revision to stamp a new one with (seconds: the whole of a small batch's
-    template); the same answer comes from :func:`alembic_head` without one."""
+def open_gradebook(url: str) -> Gradebook:
+    """nbgrader's gradebook at ``url``, made if the database is empty. To make one, nbgrader asks a
+    subprocess, ``alembic heads``, which revision to stamp it with: seconds (the whole of a small
+    batch's template), and found only if this environment's ``bin`` is on ``PATH``; the same answer
+    comes from :func:`alembic_head` in this process."""
     with mock.patch.object(nbgrader.api, "get_alembic_version", alembic_head):
-        return Gradebook(_db(path))
+        return Gradebook(url)
 
 
 def copy_assignment(source_url: str, target_db: Path, lab: str) -> None:
@@ -60,7 +61,7 @@ def copy_assignment(source_url: str, target_db: Path, lab: str) -> None:
 
     Raises :class:`nbgrader.api.MissingEntry` if ``source_url`` does not hold ``lab``.
     """
-    with Gradebook(source_url) as source, _new_gradebook(target_db) as target:
+    with open_gradebook(source_url) as source, open_gradebook(_db(target_db)) as target:
         assignment = source.find_assignment(lab)
         target.update_or_create_assignment(lab, duedate=assignment.duedate, course_id=assignment.course_id)
         for notebook in assignment.notebooks:
@@ -87,7 +88,7 @@ def merge_submission(source_db: Path, target_url: str, lab: str, student: str) -
     before grading: :func:`copy_assignment`). Scores, comments, flags and the timestamp are carried
     over; only ``student``'s rows are written, so graders writing other students at once lose nothing.
     """
-    with Gradebook(_db(source_db)) as source, Gradebook(target_url) as target:
+    with open_gradebook(_db(source_db)) as source, open_gradebook(target_url) as target:
         graded = source.find_submission(lab, student)
         try:
             target.remove_submission(lab, student)
