@@ -6,8 +6,8 @@ worker`` processes), started and stopped here.
 The oracle is the course's default: the same submissions graded once, for the whole module, by a local
 process into the course folder's SQLite gradebook. Every other way must leave the same gradebook rows,
 cell for cell. Lab 4 is graded, its notebook being the quickest to grade; its solution, one wrong answer
-and its blank (the cheapest notebook to grade, handed in by student ``zero``, last in the order of
-grading): three submissions, so that on two Dask workers one grades a second chunk, the blank, and is
+and its blank with a cell of the student's own that sleeps 6 s (handed in by student ``zero``, last in
+the order of grading): three submissions, so that on two Dask workers one grades a second chunk, the blank, and is
 killed in it.
 """
 
@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 from nbgrader.api import Gradebook
 from nbgrader.apps.api import NbGraderAPI
@@ -69,6 +70,12 @@ def local_run(tmp_path_factory):
     wrong = next(student for student, answer in samples.build_samples(LAB, folder / "subs", wrong=1).items()
                  if answer is not None)
     (folder / "subs" / "blank").rename(folder / "subs" / "zero")  # graded after the others (sorted by name)
+    # a slow blank: a cell of the student's own that sleeps, so that the worker grading it is seen mid-chunk
+    # (the untouched blank graded in about a second, between two looks of the Dask test's killer)
+    zero = folder / "subs" / "zero" / f"{LAB}.ipynb"
+    notebook = nbformat.read(zero, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(6)"))
+    nbformat.write(notebook, zero)
     results = course.grade(LAB, folder / "subs", root=folder / "local", workers=1, chunk_size=3, log=quiet)
     assert {r.student: r.status for r in results} == dict.fromkeys(["solution", wrong, "zero"], "graded")
     scores = {r.student: r.score for r in results}
