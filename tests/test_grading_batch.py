@@ -189,3 +189,20 @@ def test_a_private_gradebook_is_stamped_with_the_revision_nbgrader_stamps(monkey
 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # where `alembic` is
     assert alembic_head() == nbgrader.api.get_alembic_version()
+
+
+def test_files_back_from_a_dask_worker_stay_in_the_chunks_folder(tmp_path):
+    """What a grading worker sends back is written on the grading host: a student not of the chunk, or a
+    file name leading out of the folder, is refused and nothing is written outside."""
+    from autograder.run.cluster import _unpack
+
+    packed = {"student": "ada", "problem": None, "flags": [], "worker": "w1",
+              "files": {"gradebook.db": (b"x", 0.0)}}
+    with pytest.raises(ValueError, match="not a student of its chunk"):
+        _unpack({**packed, "student": "../../escaped"}, tmp_path / "work", {"ada"})
+    with pytest.raises(ValueError, match="refused a file named '../escaped'"):
+        _unpack({**packed, "files": {"../escaped": (b"x", 0.0)}}, tmp_path / "work", {"ada"})
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "work" / "escaped").exists()
+    outcome = _unpack(packed, tmp_path / "work", {"ada"})
+    assert (outcome.work / "gradebook.db").read_bytes() == b"x"
+    assert outcome.work.is_relative_to(tmp_path / "work")

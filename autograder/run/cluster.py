@@ -107,9 +107,13 @@ def _pack(outcome: Outcome, lab: str, worker: str) -> dict:
     return packed
 
 
-def _unpack(packed: dict, work: Path) -> Outcome:
-    """The outcome :func:`_pack` made, its files written into a private root of its own under ``work``."""
+def _unpack(packed: dict, work: Path, students: set[str]) -> Outcome:
+    """The outcome :func:`_pack` made, its files written into a private root of its own under ``work``.
+    Raises ``ValueError`` for a student not among the chunk's ``students`` (a name that could lead out of
+    ``work``)."""
     student = packed["student"]
+    if student not in students:
+        raise ValueError(f"refused an outcome for {student!r} from a grading worker: not a student of its chunk")
     if packed["files"] is None:
         return Outcome(student, packed["problem"], list(packed["flags"]), worker=packed["worker"])
     root = work / "shipped" / student
@@ -225,7 +229,7 @@ class ClusterPool(futures.Executor):
             self._pending.discard(result)
             try:
                 work.mkdir(parents=True, exist_ok=True)
-                outcomes = [_unpack(packed, work) for packed in done.result()]
+                outcomes = [_unpack(packed, work, set(notebooks)) for packed in done.result()]
                 settle = functools.partial(result.set_result, outcomes)
             except BaseException as error:  # the chunk's students get the reason (grade_batch)
                 settle = functools.partial(result.set_exception, error)
