@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import shutil
 import tempfile
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from .intake.submissions import find_submissions
 from .paths import LABS, SOLUTIONS, check_lab, course_dir, lab_names
 from .report.report import StudentResult, load_notes, read_results, record_notes, write_reports, write_summary
 from .run.batch import grade_batch
-from .run.merge import holds_lab
+from .run.merge import holds_lab, open_gradebook
 from .run.nbgrader_run import require_success, run_converter, validate
 from .sandbox.sandbox import probe
 
@@ -151,6 +152,9 @@ def prepare_gradebook(lab: str, root: Path) -> None:
     current = stamp.exists() and stamp.read_text() == digest
     if (current or gradebook_file(url) is None) and holds_lab(url, lab):
         return
+    if gradebook_file(url) is not None:
+        gradebook_file(url).parent.mkdir(parents=True, exist_ok=True)
+    open_gradebook(url).close()  # made here if new: nbgrader would ask an `alembic heads` subprocess (~4 s)
     require_success(run_converter(GenerateAssignment, lab, ".", root=root, release_dir=root / "release"),
                     f"nbgrader generate_assignment {lab}")
     stamp.write_text(digest)
@@ -158,14 +162,15 @@ def prepare_gradebook(lab: str, root: Path) -> None:
 
 def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int | None = None,
           chunk_size: int | None = None, force: bool = False, students: Path | None = None,
-          cluster: str | None = None, log=print) -> list[StudentResult]:
+          cluster: str | None = None, pool: Executor | None = None, log=print) -> list[StudentResult]:
     """Collect, autograde and give feedback on every submission of ``lab``; write the reports.
 
     ``students`` names a mapping file (LMS name or id -> student id, see :mod:`autograder.intake.lms`).
 
     Submissions are graded in parallel, each in its own sandbox (see :mod:`autograder.run.batch`): by
     local processes, or by the workers of the Dask scheduler at ``cluster`` (default ``c.Sandbox.cluster``;
-    :mod:`autograder.run.cluster`), which check their own sandboxes.
+    :mod:`autograder.run.cluster`), which check their own sandboxes; ``pool``: local grading processes
+    to use and leave open (:func:`~autograder.run.batch.grading_pool`; ``workers`` says how many).
     One student's broken submission never stops the batch: it gets 0 with the reason recorded.
     Returns one :class:`StudentResult` per student found.
     """
@@ -190,6 +195,7 @@ def grade(lab: str, submissions: Path, *, root: Path | None = None, workers: int
             log(f"{student}: {note}")
         batch = grade_batch(lab, found.notebooks, root, source=found.root, sandbox=sandbox, limit=limit,
                             force=force, companions=found.companions, progress=log, cluster=cluster or None,
+                            pool=None if cluster else pool,
                             workers=settings.workers if workers is None else workers,
                             chunk_size=settings.chunk_size if chunk_size is None else chunk_size)
     problems = {**batch.problems, **found.problems}

@@ -72,6 +72,23 @@ def test_killed_grader_loses_nothing_and_rerun_is_idempotent(tmp_path):
     assert "4 students" in summary and (root / f"scores_{LAB}.png").stat().st_size > 5_000
 
 
+def test_one_grading_pool_serves_batch_after_batch_and_is_left_open(tmp_path):
+    """`mlsys course all` grades lab after lab with one grading process (its imports paid once): a
+    batch given a pool grades with it, as it would with its own, and leaves it open for the next."""
+    from autograder import course
+    from autograder.run.batch import grading_pool
+
+    subs = tmp_path / "subs"
+    samples.build_samples(LAB, subs, wrong=0)
+    with grading_pool(1) as pool:
+        for run in range(2):
+            results = {r.student: r for r in course.grade(LAB, subs, root=tmp_path / "course", pool=pool,
+                                                          force=True, log=lambda message: None)}
+            assert {s: r.status for s, r in results.items()} == {"solution": "graded", "blank": "graded"}, run
+            assert results["solution"].score == results["solution"].max_score > 0 and results["blank"].score == 0
+            assert pool.submit(abs, -run).result(timeout=30) == run, "the batch shut the pool it was lent"
+
+
 def test_exercise_summary_orders_by_failure_rate():
     results = [
         StudentResult("a", LAB, 3, 3, exercises={"t1": (1, 1), "t2": (2, 2)}),
@@ -111,6 +128,27 @@ def test_gradebook_is_prepared_again_only_when_the_lab_source_changed(tmp_path, 
     course.prepare_gradebook(LAB, tmp_path)
     assert len(calls) == 1, "a changed lab source must be recorded in the gradebook again"
     assert (tmp_path / "release" / LAB / "source.sha256").read_text() == "edited"
+
+
+def test_a_new_course_gradebook_is_made_without_the_alembic_subprocess(tmp_path, monkeypatch):
+    """nbgrader's generate_assignment makes a missing gradebook by asking `alembic heads` in a subprocess
+    (about 4 s a lab in `make course`); the course makes it first, in this process, stamped the same."""
+    import nbgrader.api
+    from sqlalchemy import text
+
+    from autograder import course
+    from autograder.config import gradebook_url
+    from autograder.run.merge import alembic_head, open_gradebook
+
+    def no_subprocess():
+        raise AssertionError("nbgrader ran its `alembic heads` subprocess")
+
+    monkeypatch.setattr(nbgrader.api, "get_alembic_version", no_subprocess)
+    course.prepare_gradebook(LAB, tmp_path)
+    with open_gradebook(gradebook_url(tmp_path)) as gradebook:
+        assert gradebook.find_assignment(LAB).max_score > 0
+        stamped = gradebook.db.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    assert stamped == alembic_head()
 
 
 @pytest.fixture(scope="module")
