@@ -25,6 +25,7 @@ and ``submission_secret.txt`` (``nbgrader release_feedback`` needs it): :data:`C
 from __future__ import annotations
 
 import concurrent.futures as futures
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -333,18 +334,25 @@ def worker_pool(workers: int, cluster: str | None, lab: str, sandbox: dict,
         pool = ClusterPool(cluster, lab, sandbox, log=progress)
         return pool, pool.workers
     workers = workers or os.cpu_count() or 1
-    # spawn: no inherited threads or open gradebook sessions
-    return futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")), workers
+    return grading_pool(workers), workers
+
+
+def grading_pool(workers: int) -> futures.ProcessPoolExecutor:
+    """``workers`` local grading processes, spawned: no inherited threads or open gradebook sessions.
+    One pool may serve several batches (``grade_batch(pool=...)``): each process pays its imports
+    (nbgrader, nbconvert, SQLAlchemy: about 2 CPU-seconds) once."""
+    return futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Path, sandbox: dict,
                 limit: int = 32 * 2**20, workers: int = 0, chunk_size: int = 1, force: bool = False,
                 companions: dict[str, dict[str, Path]] | None = None, cluster: str | None = None,
-                progress: Callable[[str], None] = print) -> BatchResult:
+                pool: futures.Executor | None = None, progress: Callable[[str], None] = print) -> BatchResult:
     """Grade every ``student -> notebook`` (a path under the folder ``source``) not graded before.
 
     ``workers`` processes at once (0: one per CPU core), or the workers of the Dask scheduler at
-    ``cluster`` (``tcp://host:8786``), kernels in the ``sandbox`` (settings of
+    ``cluster`` (``tcp://host:8786``), or those of ``pool`` (``workers`` of them, left open:
+    :func:`grading_pool`), kernels in the ``sandbox`` (settings of
     :func:`~autograder.config.sandbox_settings`). Students whose submission and lab are unchanged
     since they were last graded, and still graded in the course (:func:`graded_in_place`), are
     skipped unless ``force``. ``companions``: the exchange's files beside each notebook, kept. A
@@ -365,9 +373,13 @@ def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Pat
         progress(f"{skipped} submission(s) unchanged since last graded: skipped (force to regrade)")
     gradebook, template = gradebook_url(root), root / "work" / "template"
     make_template(root, lab, template)
-    pool, workers = worker_pool(workers, cluster, lab, sandbox, progress)
+    if pool is None:
+        pool, workers = worker_pool(workers, cluster, lab, sandbox, progress)
+        owned = pool
+    else:
+        workers, owned = workers or os.cpu_count() or 1, contextlib.nullcontext()
     done = 0
-    with pool:
+    with owned:
         running = {pool.submit(grade_chunk, lab, {s: todo[s] for s in chunk}, template, root / "work" / f"chunk{i}",
                                sandbox): chunk
                    for i, chunk in enumerate(chunks(sorted(todo), workers, chunk_size))}
