@@ -439,3 +439,49 @@ def test_cache_write_keeps_the_output_out_of_the_reduction_loop():
     assert local.per_tensor["C"] == 16 * 16 * 4 // 64 < plain  # each line of C written back once
     with pytest.raises(ValueError, match="cannot hold one"):
         count_traffic(s, cache_bytes=32)
+
+
+_CACHED_KERNEL = """
+import json, sys
+import numpy as np
+from mlsys_lib.compiler import build, create_schedule, ops, te
+C = ops.matmul(te.placeholder((19, 11), "A"), te.placeholder((11, 13), "B"))
+s = create_schedule(C)
+S = s[C]
+i, j = S.axis
+S.parallel(i)
+kernel = build(s)
+rng = np.random.default_rng(int(sys.argv[1]))
+a, b = rng.standard_normal((19, 11)).astype(np.float32), rng.standard_normal((11, 13)).astype(np.float32)
+got = kernel(a, b)
+stats = kernel._function().stats
+print(json.dumps({"error": float(np.abs(got - a.astype(np.float64) @ b).max()),
+                  "hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values())}))
+"""
+
+
+def _run_cached_kernel(folder, seed):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MLSYS_KERNEL_CACHE=str(folder))
+    done = subprocess.run([sys.executable, "-c", _CACHED_KERNEL, str(seed)], env=env, capture_output=True,
+                          text=True, timeout=300, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_kernel_compiled_in_one_process_is_loaded_by_the_next_from_the_private_cache_folder(tmp_path):
+    """The fixture checks fork many processes that compile the same schedules: with $MLSYS_KERNEL_CACHE
+    the second process loads the parallel kernel the first compiled (Numba's cache), and it computes
+    the same product; a folder others may write is not trusted (each process compiles its own)."""
+    folder = tmp_path / "kernels"
+    folder.mkdir(mode=0o700)
+    first, second = _run_cached_kernel(folder, 1), _run_cached_kernel(folder, 2)
+    assert first["error"] < 1e-4 and second["error"] < 1e-4, (first, second)
+    assert (first["hits"], second["hits"]) == (0, 1), (first, second)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert _run_cached_kernel(shared, 3)["hits"] == 0 and not list(shared.iterdir())

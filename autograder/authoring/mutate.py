@@ -63,6 +63,9 @@ TIMEOUT_FACTOR, MIN_TIMEOUT = 5.0, 10.0
 #: Time limit of the baseline run (the unmutated answer and the rest of the notebook), in seconds.
 BASELINE_TIMEOUT = 600.0
 
+#: mlsys_lib.compiler.codegen.CACHE_ENV (not imported here: the notebook imports the library it grades)
+KERNEL_CACHE_ENV = "MLSYS_KERNEL_CACHE"
+
 KILLED, TIMED_OUT, SURVIVED, EQUIVALENT = "killed", "timed out", "survived", "equivalent"
 
 
@@ -390,14 +393,18 @@ def _notebook_process(edition: str | None) -> Iterator[dict]:
     """This process made ready to run a notebook, yielding its namespace: the environment of
     :data:`ENVIRONMENT`, a fresh ``__main__`` module whose dict is the namespace (as in IPython), and
     for ``edition`` (a lab) that lab's grading edition of mlsys_lib, built into a temporary folder,
-    first on ``sys.path``. All of it undone on exit."""
-    saved_environment = {name: os.environ.get(name) for name in ENVIRONMENT}
+    first on ``sys.path``; kernels that Lab 9's schedules compile are kept in a folder of the run's
+    (``$MLSYS_KERNEL_CACHE``), so that the forked children do not compile the same ones again. All of
+    it undone on exit."""
+    saved_environment = {name: os.environ.get(name) for name in [*ENVIRONMENT, KERNEL_CACHE_ENV]}
     saved_main, saved_path = sys.modules.get("__main__"), list(sys.path)
     main = types.ModuleType("__main__")
     main.get_ipython = _Shell  # get_ipython() makes one
     try:
         os.environ.update(ENVIRONMENT)
         with tempfile.TemporaryDirectory(prefix="mlsys-mutate-") as folder:
+            (Path(folder) / "kernels").mkdir(mode=0o700)
+            os.environ[KERNEL_CACHE_ENV] = str(Path(folder) / "kernels")
             if edition:
                 sys.path.insert(0, str(build_edition(edition, Path(folder) / "edition").parent))
                 _forget_library()

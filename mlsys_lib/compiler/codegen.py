@@ -16,8 +16,15 @@ it gives :class:`~.schedule.Schedule` its ``lower()`` and ``str()``, the generat
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.util
+import os
+import stat
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -414,9 +421,7 @@ class Kernel:
 
     def _function(self):
         if self._fn is None:
-            namespace = {"np": np, "prange": numba.prange}
-            exec(compile(self.source, "<mlsys_lib.compiler kernel>", "exec"), namespace)  # noqa: S102 (our own source)
-            self._fn = numba.njit(parallel=self.parallel, fastmath=FASTMATH, error_model="numpy")(namespace["kernel"])
+            self._fn = _compiled(self.source, self.parallel)
         return self._fn
 
     def _check(self, arrays: Sequence[np.ndarray], tensors: Sequence[Tensor], what: str) -> list[np.ndarray]:
@@ -450,6 +455,54 @@ class Kernel:
         outs = [np.empty(t.shape, t.dtype) for t in self.outputs]
         self._function()(*[np.ascontiguousarray(a) for a in ins], *outs)
         return outs[0] if len(outs) == 1 else outs
+
+
+#: A folder of this user's, not writable by others, where kernels compiled in one process are kept for
+#: others (Numba's on-disk cache): the course's fixture checks set it for the processes they fork, which
+#: compile the same schedules again and again. Unset, each process compiles its own kernels.
+CACHE_ENV = "MLSYS_KERNEL_CACHE"
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str, parallel: bool):
+    """The ``kernel`` function of the generated ``source``, compiled by Numba (lazily): once per process
+    for one source, and kept on disk for other processes in the folder ``$MLSYS_KERNEL_CACHE`` names."""
+    options = {"parallel": parallel, "fastmath": FASTMATH, "error_model": "numpy"}
+    folder = _cache_folder()
+    if folder is None:
+        namespace = {"np": np, "prange": numba.prange}
+        exec(compile(source, "<mlsys_lib.compiler kernel>", "exec"), namespace)  # noqa: S102 (our own source)
+        return numba.njit(**options)(namespace["kernel"])
+    key = hashlib.sha256(repr((source, parallel, sorted(FASTMATH), numba.__version__)).encode()).hexdigest()[:32]
+    path = folder / f"kernel_{key}.py"
+    if not path.exists():  # written once: Numba's cache is valid while the file's time and size stay
+        partial = folder / f".{key}.{os.getpid()}.tmp"
+        partial.write_text("import numpy as np\nfrom numba import prange\n\n" + source)
+        try:
+            os.link(partial, path)  # a process beside us may have written it first: keep theirs
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
+    spec = importlib.util.spec_from_file_location(f"mlsys_kernel_{key}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # what Numba's cache names when it loads the kernel's parallel parts
+    spec.loader.exec_module(module)
+    return numba.njit(cache=True, **options)(module.kernel)
+
+
+def _cache_folder() -> Path | None:
+    """The folder ``$MLSYS_KERNEL_CACHE`` names, if it is a folder of this user's that others cannot write."""
+    name = os.environ.get(CACHE_ENV)
+    if not name or not hasattr(os, "getuid"):
+        return None
+    try:
+        info = os.lstat(name)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return None
+    return Path(name)
 
 
 def build(schedule: Schedule) -> Kernel:
