@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from .paths import LECTURES, check_lab, course_dir, lab_names
 from .report.console import Progress, children_to_log
 from .report.export import LMSES, export_grades
 from .report.report import format_table
-from .run.batch import progress_bar
+from .run.batch import grading_pool, progress_bar
 
 
 def _cmd_release(args) -> int:
@@ -160,14 +161,15 @@ def _cmd_fixtures(args) -> int:
     return 0 if ok else 1
 
 
-def grade_samples(lab: str, root: Path, *, wrong: int | None = None,
+def grade_samples(lab: str, root: Path, *, wrong: int | None = None, pool=None,
                   log=lambda message: None) -> list[tuple[bool, str]]:
     """Grade the lab's sample submissions through nbgrader in the sandbox (progress through ``log``):
     its solution, its untouched release and the first ``wrong`` wrong-answer fixtures (None: all). For
-    each, whether it scored as it must and a line that says so."""
+    each, whether it scored as it must and a line that says so. ``pool``: grading processes to use and
+    leave open (:func:`~autograder.run.batch.grading_pool`)."""
     with tempfile.TemporaryDirectory() as tmp:
         expected = samples.build_samples(lab, Path(tmp), wrong=wrong)
-        results = course.grade(lab, Path(tmp), root=root, force=True, log=log)
+        results = course.grade(lab, Path(tmp), root=root, force=True, pool=pool, log=log)
     rows = []
     for r in results:
         wrong_answer = expected[r.student]
@@ -189,40 +191,88 @@ def timed_fixture_verdicts(lab: str) -> tuple[list[tuple[str, list[str]]], float
     return fixture_verdicts(lab), time.monotonic() - start
 
 
-def _cmd_all(args) -> int:
-    """``make course``: release every lab; grade each lab's solution and untouched release through nbgrader
-    in the sandbox (the real path), while one process checks every wrong-answer fixture by forking from
-    the solution notebook (``--all-samples``: every fixture is graded through nbgrader instead, as
-    ``make check-all`` does) and another renders the lectures (small sizes; ``--full-figures``: the full
-    ones); then summarize: a line per lab (every sample's line with ``-v``, else only those that FAIL).
+#: Grading processes of ``mlsys course all``: a lab's solution and blank release make one chunk
+#: (``c.Sandbox.chunk_size``), graded by one process with one nbgrader run while the fixtures are checked.
+GRADING_WORKERS = 1
+#: Processes of ``mlsys course all`` that check the fixtures (each forking two children at a time), beside
+#: the one rendering the lectures and the grading: together they keep two cores busy while some wait. They
+#: run at a lower priority (``nice``): the grading and the lectures' timed claims go first when the cores
+#: are busy.
+FIXTURE_CHECKERS, FIXTURE_NICENESS = 2, 10
 
-    The grading waits on kernels much of the time, so the three share the cores well; the processes
-    share this one's standard output and error (the course log's, unless -v)."""
-    root, start = course_dir(), time.monotonic()
-    released = course.release()
-    print(f"released {len(released)} notebook(s) into labs/ ({time.monotonic() - start:.0f} s)")
-    ok = True
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as helpers:
-        rendering = helpers.submit(render_lectures, quick=not args.full_figures)
-        checking = {} if args.all_samples else {lab: helpers.submit(timed_fixture_verdicts, lab) for lab in lab_names()}
-        for lab in lab_names():
-            start, progress = time.monotonic(), Progress(args.verbose, prefix=f"{lab:<18} ")
-            rows = grade_samples(lab, root, wrong=None if args.all_samples else 0, log=progress)
-            how = f"{len(rows)} through nbgrader {time.monotonic() - start:.0f} s"
-            if lab in checking:
-                progress.show("checking the wrong answers by forking ...")
-                verdicts, seconds = checking[lab].result()
-                rows += [(not notes, f"  {'FAIL' if notes else 'ok  '} wrong_{name:<26} by forking: "
-                                     + ("; ".join(notes) or "lost exactly its tests")) for name, notes in verdicts]
+
+class LabLines:
+    """``mlsys course all``'s summary: a line per lab (and its samples' lines: every one if ``verbose``,
+    else those that FAIL), printed in lab order once the lab is graded (:meth:`graded`) and its
+    wrong-answer fixtures checked (``checking``: lab -> future of :func:`timed_fixture_verdicts`; a
+    lab not in it has none to wait for), so that grading the next lab never waits on the fixtures."""
+
+    def __init__(self, checking: dict, verbose: bool = False):
+        self.checking, self.verbose = checking, verbose
+        self.waiting: list[tuple[str, list[tuple[bool, str]], str]] = []
+        self.ok = True
+
+    def graded(self, lab: str, rows: list[tuple[bool, str]], how: str) -> None:
+        """``lab`` is graded: ``rows`` (ok, line) of its samples, ``how`` says how long it took."""
+        self.waiting.append((lab, rows, how))
+
+    def print_ready(self, wait: bool = False) -> None:
+        """Print the graded labs, in order, as far as their fixtures are checked (``wait``: every one,
+        waiting for their fixtures)."""
+        progress = Progress(self.verbose)
+        while self.waiting:
+            lab, rows, how = self.waiting[0]
+            checked = self.checking.get(lab)
+            if checked is not None and not (wait or checked.done()):
+                return
+            self.waiting.pop(0)
+            if checked is not None:
+                progress.show(f"{lab}: checking the wrong answers by forking ...")
+                verdicts, seconds = checked.result()
+                rows = rows + [(not notes, f"  {'FAIL' if notes else 'ok  '} wrong_{name:<26} by forking: "
+                                           + ("; ".join(notes) or "lost exactly its tests")) for name, notes in verdicts]
                 how += f", {len(verdicts)} by forking {seconds:.0f} s"
-            progress.clear()
+                progress.clear()
             good = sum(row_ok for row_ok, _ in rows)
-            ok &= good == len(rows)
+            self.ok &= good == len(rows)
             print(f"{lab:<18} {progress_bar(good, len(rows))} {good}/{len(rows)} samples scored as they must"
                   + (f", {len(rows) - good} FAIL" if good < len(rows) else "") + f" ({how})")
             for row_ok, line in rows:
-                if args.verbose or not row_ok:
+                if self.verbose or not row_ok:
                     print(line)
+
+
+def _cmd_all(args) -> int:
+    """``make course``: release every lab; grade each lab's solution and untouched release through nbgrader
+    in the sandbox (the real path), while :data:`FIXTURE_CHECKERS` processes check every wrong-answer
+    fixture by forking from the solution notebook (``--all-samples``: every fixture is graded through
+    nbgrader instead, as ``make check-all`` does) and another renders the lectures (small sizes;
+    ``--full-figures``: the full ones); then summarize: a line per lab (:class:`LabLines`).
+
+    The grading waits on kernels much of the time, so they share the cores well: the labs are graded one
+    after another by the same grading process (its imports paid once) without waiting for each lab's
+    fixtures. The processes share this one's standard output and error (the course log's, unless -v)."""
+    root, start = course_dir(), time.monotonic()
+    released = course.release()
+    print(f"released {len(released)} notebook(s) into labs/ ({time.monotonic() - start:.0f} s)")
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as lecturer, \
+            ProcessPoolExecutor(FIXTURE_CHECKERS, mp_context=spawn, initializer=os.nice,
+                                initargs=(FIXTURE_NICENESS,)) as checkers, \
+            grading_pool(os.cpu_count() or 1 if args.all_samples else GRADING_WORKERS) as graders:
+        rendering = lecturer.submit(render_lectures, quick=not args.full_figures)
+        # the last labs' fixtures take longest (Numba compiles, process groups, simulated GPUs): started
+        # first, they do not run on alone at the end
+        checking = {} if args.all_samples else {lab: checkers.submit(timed_fixture_verdicts, lab)
+                                                for lab in reversed(lab_names())}
+        lines = LabLines(checking, args.verbose)
+        for lab in lab_names():
+            start, progress = time.monotonic(), Progress(args.verbose, prefix=f"{lab:<18} ")
+            rows = grade_samples(lab, root, wrong=None if args.all_samples else 0, pool=graders, log=progress)
+            progress.clear()
+            lines.graded(lab, rows, f"{len(rows)} through nbgrader {time.monotonic() - start:.0f} s")
+            lines.print_ready()
+        lines.print_ready(wait=True)
         progress, start = Progress(args.verbose), time.monotonic()
         progress.show("rendering the lecture notebooks ...")
         rendered = rendering.result()
@@ -233,8 +283,8 @@ def _cmd_all(args) -> int:
     _report_claims(rendered)
     print(f"grades: {root / 'grades.csv'}   feedback: {root / 'feedback'}")
     _say_log(args)
-    print("course OK" if ok else "course BROKEN: a sample scored as it must not")
-    return 0 if ok else 1
+    print("course OK" if lines.ok else "course BROKEN: a sample scored as it must not")
+    return 0 if lines.ok else 1
 
 
 #: Commands that run nbgrader, kernels or grading workers: what those write goes to the course folder's
