@@ -195,10 +195,11 @@ def timed_fixture_verdicts(lab: str) -> tuple[list[tuple[str, list[str]]], float
 #: (``c.Sandbox.chunk_size``), graded by one process with one nbgrader run while the fixtures are checked.
 GRADING_WORKERS = 1
 #: Processes of ``mlsys course all`` that check the fixtures (each forking two children at a time), beside
-#: the one rendering the lectures and the grading: together they keep two cores busy while some wait. They
-#: run at a lower priority (``nice``): the grading and the lectures' timed claims go first when the cores
-#: are busy.
-FIXTURE_CHECKERS, FIXTURE_NICENESS = 2, 10
+#: the one rendering the lectures and the grading: together they keep two cores busy while some wait.
+FIXTURE_CHECKERS = 2
+#: Priorities (``nice``) when the cores are busy: the lectures first (their claims are timed: a lecture
+#: sharing a core measured 0.8x where it measures 2x alone), then the grading, then the fixtures.
+GRADING_NICENESS, FIXTURE_NICENESS = 5, 10
 
 
 class LabLines:
@@ -259,7 +260,8 @@ def _cmd_all(args) -> int:
     with ProcessPoolExecutor(1, mp_context=spawn) as lecturer, \
             ProcessPoolExecutor(FIXTURE_CHECKERS, mp_context=spawn, initializer=os.nice,
                                 initargs=(FIXTURE_NICENESS,)) as checkers, \
-            grading_pool(os.cpu_count() or 1 if args.all_samples else GRADING_WORKERS) as graders:
+            grading_pool(os.cpu_count() or 1 if args.all_samples else GRADING_WORKERS,
+                         niceness=GRADING_NICENESS) as graders:
         rendering = lecturer.submit(render_lectures, quick=not args.full_figures)
         # the last labs' fixtures take longest (Numba compiles, process groups, simulated GPUs): started
         # first, they do not run on alone at the end

@@ -337,11 +337,13 @@ def worker_pool(workers: int, cluster: str | None, lab: str, sandbox: dict,
     return grading_pool(workers), workers
 
 
-def grading_pool(workers: int) -> futures.ProcessPoolExecutor:
-    """``workers`` local grading processes, spawned: no inherited threads or open gradebook sessions.
-    One pool may serve several batches (``grade_batch(pool=...)``): each process pays its imports
-    (nbgrader, nbconvert, SQLAlchemy: about 2 CPU-seconds) once."""
-    return futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+def grading_pool(workers: int, niceness: int = 0) -> futures.ProcessPoolExecutor:
+    """``workers`` local grading processes, spawned: no inherited threads or open gradebook sessions;
+    ``niceness`` lowers their priority and their kernels' (``nice``). One pool may serve several batches
+    (``grade_batch(pool=...)``): each process pays its imports (nbgrader, nbconvert, SQLAlchemy: about
+    2 CPU-seconds) once."""
+    return futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=os.nice if niceness else None, initargs=(niceness,) if niceness else ())
 
 
 def grade_batch(lab: str, notebooks: dict[str, Path], root: Path, *, source: Path, sandbox: dict,
