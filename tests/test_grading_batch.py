@@ -89,6 +89,16 @@ def test_one_grading_pool_serves_batch_after_batch_and_is_left_open(tmp_path):
             assert pool.submit(abs, -run).result(timeout=30) == run, "the batch shut the pool it was lent"
 
 
+def test_a_niced_grading_pool_grades_at_lower_priority():
+    """`mlsys course all` lends its batches a pool at nice 5 (the lectures' timed claims go first)."""
+    from autograder.run.batch import grading_pool
+
+    with grading_pool(1, niceness=5) as pool:
+        assert pool.submit(os.nice, 0).result(timeout=60) == os.nice(0) + 5
+    with grading_pool(1) as pool:
+        assert pool.submit(os.nice, 0).result(timeout=60) == os.nice(0)
+
+
 def test_exercise_summary_orders_by_failure_rate():
     results = [
         StudentResult("a", LAB, 3, 3, exercises={"t1": (1, 1), "t2": (2, 2)}),
