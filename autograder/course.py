@@ -152,8 +152,9 @@ def prepare_gradebook(lab: str, root: Path) -> None:
     current = stamp.exists() and stamp.read_text() == digest
     if (current or gradebook_file(url) is None) and holds_lab(url, lab):
         return
-    if gradebook_file(url) is not None:
-        gradebook_file(url).parent.mkdir(parents=True, exist_ok=True)
+    file = gradebook_file(url)
+    if file is not None:  # a SQLite file, whose folder (the course root, say) may not exist yet
+        file.parent.mkdir(parents=True, exist_ok=True)
     open_gradebook(url).close()  # made here if new: nbgrader would ask an `alembic heads` subprocess (~4 s)
     require_success(run_converter(GenerateAssignment, lab, ".", root=root, release_dir=root / "release"),
                     f"nbgrader generate_assignment {lab}")

@@ -93,6 +93,17 @@ class Screens:
             raise AssertionError(f"step {name!r} failed: {type(error).__name__}: {error}\n{where}") from error
 
 
+def close_formgrader_modal(page, action: str, timeout_s: float) -> None:
+    """Formgrader's result dialog of ``action`` (on a page or a frame): fail with its text unless it says
+    Success; close it."""
+    modal = page.locator(".modal")
+    modal.wait_for(timeout=timeout_s * 1000)
+    title = modal.locator(".modal-title").inner_text()
+    if title != "Success":
+        raise AssertionError(f"{action}: {title}: {modal.locator('.modal-body').inner_text()[-4000:]}")
+    modal.locator(".modal-footer button").last.click()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

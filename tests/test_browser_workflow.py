@@ -33,7 +33,8 @@ from autograder.config import install_into_environment
 from autograder.paths import LABS, REPO, SOLUTIONS
 from autograder.run.batch import collect, graded_in_place
 import browser
-from browser import REQUIRE_ENV, JupyterLab, Screens, browser_or_skip, is_local, launch_chromium, refuse_remote
+from browser import (REQUIRE_ENV, JupyterLab, Screens, browser_or_skip, close_formgrader_modal, is_local,
+                     launch_chromium, refuse_remote)
 from feedback_check import leaked_lines
 
 STUDENT_LAB = "lab01_tensors"
@@ -256,17 +257,6 @@ def _student_row(frame, student: str):
     return frame.locator("tbody tr").filter(has=frame.locator(".student-id", has_text=re.compile(f"^{student}$")))
 
 
-def _close_modal(frame, action: str) -> None:
-    """Wait for Formgrader's result dialog of ``action``; fail with its text unless it says Success; close it."""
-    modal = frame.locator(".modal")
-    modal.wait_for(timeout=RUN_TIMEOUT_S * 1000)
-    title = modal.locator(".modal-title").inner_text()
-    if title != "Success":
-        raise AssertionError(f"{action}: {title}: {modal.locator('.modal-body').inner_text()[-4000:]}")
-    modal.locator(".modal-footer button").click()
-    modal.wait_for(state="detached")
-
-
 @pytest.fixture(scope="module")
 def instructor(site, chromium):
     context, remote = _context(chromium)
@@ -284,14 +274,14 @@ def instructor(site, chromium):
             with screens.step(f"autograde-{student}", page):
                 row = _student_row(frame, student)
                 row.locator(".autograde a").click()
-                _close_modal(frame, f"autograde {student}")
+                close_formgrader_modal(frame, f"autograde {student}", RUN_TIMEOUT_S)
                 row.locator(".status", has_text=re.compile("^graded$")).wait_for()
                 rows[student] = (row.locator(".status").inner_text(), row.locator(".score").inner_text())
         with screens.step("generate-feedback", page):
             frame.locator(".breadcrumb").get_by_role("link", name="Assignments").click()
             assignment = frame.get_by_role("row", name=GRADED_LAB)
             assignment.locator(".generate-feedback a").click()
-            _close_modal(frame, "generate feedback")
+            close_formgrader_modal(frame, "generate feedback", RUN_TIMEOUT_S)
             assignment.locator(".num-submissions a").click()
         with screens.step("manual-grading", page):
             _student_row(frame, "solution").locator(".student-name a").click()

@@ -30,7 +30,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.cells import solution_cells
-from browser import Screens, browser_or_skip, launch_chromium, refuse_remote
+from browser import Screens, browser_or_skip, close_formgrader_modal, launch_chromium, refuse_remote
 from deploy.jupyterhub import provision
 from hub import CourseHub, hub_or_skip
 
@@ -67,17 +67,6 @@ def _login(context, hub: CourseHub, who: str, next_url: str):
     page.fill("#password_input", hub.password(who))
     page.click("#login_submit")
     return page
-
-
-def _modal(page, action: str) -> None:
-    """Formgrader's result dialog of ``action``: fail with its text unless it says Success; close it."""
-    modal = page.locator(".modal")
-    modal.wait_for(timeout=STEP_TIMEOUT_S * 1000)
-    title = modal.locator(".modal-title").inner_text()
-    if title != "Success":
-        raise AssertionError(f"{action}: {title}: {modal.locator('.modal-body').inner_text()[-3000:]}")
-    modal.locator(".modal-footer button").last.click()
-    modal.wait_for(state="detached")
 
 
 def _assignments_tab(page):
@@ -171,9 +160,9 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
         with screens.step("release", instructor):
             row = instructor.get_by_role("row", name=re.compile(LAB))
             row.locator(".assign a").click()
-            _modal(instructor, "generate")
+            close_formgrader_modal(instructor, "generate", STEP_TIMEOUT_S)
             row.locator(".release a").click()
-            _modal(instructor, "release")
+            close_formgrader_modal(instructor, "release", STEP_TIMEOUT_S)
             csp = instructor.request.get(f"{hub.url}{formgrader}").headers.get("content-security-policy", "")
         # --- the students: Ada on time, Bob late ---
         ada, bob = _login(context(), hub, "ada", "/hub/spawn"), _login(context(), hub, "bob", "/hub/spawn")
@@ -199,7 +188,7 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
         with screens.step("collect", ta):
             row = ta.get_by_role("row", name=re.compile(LAB))
             row.locator(".collect a").click()
-            _modal(ta, "collect")
+            close_formgrader_modal(ta, "collect", STEP_TIMEOUT_S)
             row.locator(".num-submissions a").click()
         shown = {}
         for who in ("ada", "bob"):
@@ -207,7 +196,7 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
                 student = ta.locator("tbody tr").filter(
                     has=ta.locator(".student-id", has_text=re.compile(f"^{hub.names[who]}$")))
                 student.locator(".autograde a").click()
-                _modal(ta, f"autograde {who}")
+                close_formgrader_modal(ta, f"autograde {who}", STEP_TIMEOUT_S)
                 student.locator(".status", has_text=re.compile("^graded$")).wait_for()
                 shown[who] = student.locator(".score").inner_text()
         with screens.step("manual-grade", ta):
@@ -227,9 +216,9 @@ def test_a_term_of_lab1_on_the_course_hub(tmp_path):
             ta.goto(f"{hub.url}{formgrader}")
             row = ta.get_by_role("row", name=re.compile(LAB))
             row.locator(".generate-feedback a").click()
-            _modal(ta, "generate feedback")
+            close_formgrader_modal(ta, "generate feedback", STEP_TIMEOUT_S)
             row.locator(".release-feedback a").click()
-            _modal(ta, "release feedback")
+            close_formgrader_modal(ta, "release feedback", STEP_TIMEOUT_S)
         # --- each student fetches feedback ---
         feedback = {}
         for who, page in (("ada", ada), ("bob", bob)):
